@@ -1,0 +1,151 @@
+# FlashAttention, step by step: build, tests, sanitizer, docs.   `make help` lists the targets.
+#
+# Layout: chapters/NN_name/ holds a chapter (main.cu or main.cpp is its program, every other .cu and
+# .cpp file is its code); tests/chapterNN_test.cpp are its tests. Objects go to build/, programs to
+# ./chapterN. Dependencies are tracked per file (-MMD), so editing one chapter rebuilds that chapter
+# and what links it only, and `make -j` is safe.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+.DELETE_ON_ERROR:
+
+NVCC ?= nvcc
+BUILD := build
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/dev/null)))
+
+# ---- GPU architecture -------------------------------------------------------------------------
+# ARCH=sm_90 chooses one; otherwise the GPU in this machine; with no GPU, a fat binary for every
+# architecture the course supports (so CI compiles every target).
+GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .' | grep -E '^[0-9]+$$')
+ifeq ($(ARCH),)
+  ifneq ($(GPU_CC),)
+    ARCH := sm_$(GPU_CC)
+  endif
+endif
+ifneq ($(ARCH),)
+  GENCODE := -gencode arch=compute_$(ARCH:sm_%=%),code=$(ARCH)
+  PTX_ARCH := compute_$(ARCH:sm_%=%)
+else
+  GENCODE := $(foreach a,75 80 86 89,-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_90,code=[sm_90,compute_90]
+  PTX_ARCH := compute_90
+endif
+
+# ---- flags --------------------------------------------------------------------------------------
+NVCCFLAGS := -std=c++17 -O3 -lineinfo -MMD -MP $(GENCODE) -Xcompiler -Wall,-Wextra
+CXXFLAGS := -std=c++17 -O3 -MMD -MP -Wall -Wextra -isystem $(CUDA_HOME)/include
+CATCH2_FLAGS := $(if $(CATCH2_INCLUDE),-isystem $(CATCH2_INCLUDE))
+LDFLAGS := -L$(CUDA_HOME)/lib64
+LDLIBS := -lcublas -lcudart
+# Objects depend on a stamp named after the flags: changing ARCH (or any flag) rebuilds everything.
+FLAGS_STAMP := $(BUILD)/flags-$(shell echo '$(NVCCFLAGS) $(CXXFLAGS) $(CATCH2_FLAGS)' | md5sum | cut -c1-10)
+
+# ---- chapters ----------------------------------------------------------------------------------
+CHAPTER_DIRS := $(sort $(wildcard chapters/[0-9][0-9]_*))
+num_of = $(patsubst 0%,%,$(firstword $(subst _, ,$(notdir $(1)))))
+CHAPTERS := $(foreach d,$(CHAPTER_DIRS),$(call num_of,$(d)))
+dir_of = $(firstword $(foreach d,$(CHAPTER_DIRS),$(if $(filter $(1),$(call num_of,$(d))),$(d))))
+two_digits = $(if $(filter 1 2 3 4 5 6 7 8 9,$(1)),0$(1),$(1))
+obj = $(patsubst %,$(BUILD)/%.o,$(basename $(1)))
+
+# Other chapters whose code a chapter links (to reuse a kernel, or to compare with it in one run).
+USES_3 := 2
+USES_4 := 2 3
+USES_5 := 2 3 4
+USES_6 := 2 3 4 5
+USES_7 := 2 3 4 5
+
+main_src = $(wildcard $(call dir_of,$(1))/main.cu $(call dir_of,$(1))/main.cpp)
+lib_srcs = $(filter-out %/main.cu %/main.cpp,$(wildcard $(call dir_of,$(1))/*.cu $(call dir_of,$(1))/*.cpp))
+lib_objs = $(call obj,$(call lib_srcs,$(1)))
+link_objs = $(call lib_objs,$(1)) $(foreach u,$(USES_$(1)),$(call lib_objs,$(u)))
+test_src = $(wildcard tests/chapter$(call two_digits,$(1))_test.cpp)
+test_bin = $(if $(call test_src,$(1)),$(BUILD)/tests/chapter$(call two_digits,$(1))_test)
+is_gpu = $(if $(filter %.cu,$(call lib_srcs,$(1)) $(call main_src,$(1))),$(1))
+
+PROGRAMS := $(foreach n,$(CHAPTERS),$(if $(call main_src,$(n)),chapter$(n)))
+TEST_MAIN := $(BUILD)/tests/main.o
+COMMON_TEST := $(BUILD)/tests/common_test
+TEST_BINS := $(COMMON_TEST) $(foreach n,$(CHAPTERS),$(call test_bin,$(n)))
+GPU_CHAPTERS := $(foreach n,$(CHAPTERS),$(call is_gpu,$(n)))
+GPU_TEST_BINS := $(foreach n,$(GPU_CHAPTERS),$(call test_bin,$(n)))
+
+LINK = $(NVCC) $(GENCODE) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+define CHAPTER_RULES
+chapter$(1): $(call obj,$(call main_src,$(1))) $(call link_objs,$(1))
+	$$(LINK)
+ifneq ($(call test_src,$(1)),)
+$(call test_bin,$(1)): $(call obj,$(call test_src,$(1))) $(TEST_MAIN) $(call link_objs,$(1))
+	$$(LINK)
+endif
+.PHONY: test-chapter$(1)
+test-chapter$(1): $(call test_bin,$(1))
+	@tests/run_tests.sh $$^ -- $$(TEST_ARGS)
+chapter$(1).sass: $(call lib_objs,$(1))
+	cuobjdump -sass $$^ > $$@
+	@echo "wrote $$@ (SASS of $$^)"
+chapter$(1).ptx: $(filter %.cu,$(call lib_srcs,$(1)))
+	$(NVCC) -std=c++17 -O3 -lineinfo -arch=$(PTX_ARCH) -ptx $$^ -o $$@
+	@echo "wrote $$@ (PTX for $(PTX_ARCH))"
+endef
+$(foreach n,$(CHAPTERS),$(eval $(call CHAPTER_RULES,$(n))))
+
+$(COMMON_TEST): $(BUILD)/tests/common_test.o $(TEST_MAIN)
+	$(LINK)
+
+# ---- compiling ---------------------------------------------------------------------------------
+$(FLAGS_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/flags-*
+	@touch $@
+
+$(BUILD)/%.o: %.cu $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cpp $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) $(CATCH2_FLAGS) -c $< -o $@
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- targets -----------------------------------------------------------------------------------
+.PHONY: all tests test sanitize docs clean help
+
+all: $(PROGRAMS)
+
+tests: $(TEST_BINS)
+
+test: all tests
+	@tests/run_tests.sh $(TEST_BINS) -- $(TEST_ARGS)
+
+sanitize: $(GPU_TEST_BINS)
+	@tools/sanitize.sh $(GPU_TEST_BINS)
+
+docs:
+	@mkdir -p $(BUILD)
+	doxygen docs/Doxyfile
+	@echo "docs: open $(BUILD)/docs/html/index.html"
+
+clean:
+	rm -rf $(BUILD) $(foreach n,$(CHAPTERS),chapter$(n) chapter$(n).sass chapter$(n).ptx)
+
+help:
+	@echo "Programs"
+	@echo "  make chapterN        build ./chapterN (N in: $(CHAPTERS)); ./chapterN --help lists its options"
+	@echo "  make all             build every chapter's program"
+	@echo "Tests"
+	@echo "  make test            build everything, run every test binary; ends with 'N passed, M failed'"
+	@echo "  make test-chapterN   build and run one chapter's tests (what to rerun after editing its kernel)"
+	@echo "                       TEST_ARGS='[cpu]' (or any Catch2 test spec) narrows a run"
+	@echo "  make sanitize        compute-sanitizer memcheck, racecheck, synccheck, initcheck over every"
+	@echo "                       GPU chapter's tests on small shapes (says so and exits 0 without a GPU)"
+	@echo "Reading what the compiler made"
+	@echo "  make chapterN.sass   SASS of a chapter's kernels (cuobjdump)"
+	@echo "  make chapterN.ptx    PTX of a chapter's kernels (for $(PTX_ARCH))"
+	@echo "Docs"
+	@echo "  make docs            HTML docs with Doxygen into $(BUILD)/docs/html"
+	@echo "Other"
+	@echo "  make clean           remove $(BUILD)/ and the programs"
+	@echo "Variables: ARCH=sm_90 (GPU target; now: $(if $(ARCH),$(ARCH),fat binary sm_75..sm_90)),"
+	@echo "           CATCH2_INCLUDE=dir (Catch2 header outside the system include path), NVCC=path"

@@ -1,0 +1,182 @@
+/// @file attention.h
+/// @brief What every attention program does around its kernels: make or load inputs, check the
+/// outputs against the float64 reference, save them for NumPy/PyTorch.
+///
+/// Checking samples query rows for long sequences (all rows when N ≤ the sample size) so that a
+/// check of N = 16384 takes seconds, not hours; the rest of each output is still scanned for
+/// NaN/Inf, which catches elements a kernel never wrote (outputs are poisoned before each run).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "npy.h"
+#include "parallel.h"
+#include "random.h"
+#include "reference.h"
+#include "shape.h"
+#include "validate.h"
+
+namespace fa {
+
+/// Default tolerance of float32 kernels against the float64 reference (see docs: error budget).
+constexpr Tolerance kFp32Tolerance{5e-5, 5e-5};
+
+/// Inputs of one attention problem, float32, layout of shape.h.
+struct AttnProblem {
+    AttnShape shape;
+    std::vector<float> Q, K, V;
+};
+
+/// Random Q, K, V, each entry magnitude·N(0.5, 1): seeded, and off zero mean so that O (a weighted
+/// mean of V rows) stays away from zero and relative errors mean something.
+inline AttnProblem make_problem(const AttnShape& s, std::uint64_t seed, double magnitude = 1.0) {
+    AttnProblem p;
+    p.shape = s;
+    p.Q = random_normal(s.elements(), seed * 3 + 0, 0.5 * magnitude, magnitude);
+    p.K = random_normal(s.elements(), seed * 3 + 1, 0.5 * magnitude, magnitude);
+    p.V = random_normal(s.elements(), seed * 3 + 2, 0.5 * magnitude, magnitude);
+    return p;
+}
+
+/// The shape the command line asks for.
+inline AttnShape shape_from_args(const AttentionArgs& a) {
+    return make_shape(a.batch, a.heads, a.seq, a.dim, a.causal, a.scale);
+}
+
+/// Reads q.npy, k.npy, v.npy from `dir`: three float32 arrays of one shape (B, H, N, D).
+inline AttnProblem load_problem_npy(const std::string& dir, bool causal, double scale) {
+    std::vector<std::size_t> sq, sk, sv;
+    AttnProblem p;
+    p.Q = read_npy_f32(dir + "/q.npy", &sq);
+    p.K = read_npy_f32(dir + "/k.npy", &sk);
+    p.V = read_npy_f32(dir + "/v.npy", &sv);
+    if (sq.size() != 4)
+        throw std::runtime_error(dir + "/q.npy: shape " + npy_shape_text(sq) +
+                                 " is not 4-D (batch, heads, seq, head_dim)");
+    if (sk != sq || sv != sq)
+        throw std::runtime_error(dir + ": q, k, v shapes differ: " + npy_shape_text(sq) + ", " +
+                                 npy_shape_text(sk) + ", " + npy_shape_text(sv));
+    p.shape = make_shape(int(sq[0]), int(sq[1]), int(sq[2]), int(sq[3]), causal, scale);
+    return p;
+}
+
+/// Inputs as the command line asks: loaded with --load-npy (the files give the shape; a --batch,
+/// --heads, --seq or --dim that disagrees with them is an error), otherwise generated from --seed.
+/// Prints the problem and exits with a message on any error.
+inline AttnProblem problem_from_args(const Cli& cli, AttentionArgs& a, const RunArgs& r) {
+    if (r.load_npy.empty()) return make_problem(shape_from_args(a), r.seed);
+    AttnProblem p;
+    try {
+        p = load_problem_npy(r.load_npy, a.causal, a.scale);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        std::exit(EXIT_FAILURE);
+    }
+    const AttnShape& s = p.shape;
+    const struct { const char* flag; int* arg; int file; } dims[] = {
+        {"--batch", &a.batch, s.B}, {"--heads", &a.heads, s.H}, {"--seq", &a.seq, s.N}, {"--dim", &a.dim, s.D}};
+    for (const auto& d : dims) {
+        if (cli.given(d.flag) && *d.arg != d.file) {
+            std::fprintf(stderr, "error: %s %d disagrees with the loaded inputs (%s)\n", d.flag,
+                         *d.arg, s.str().c_str());
+            std::exit(EXIT_FAILURE);
+        }
+        *d.arg = d.file;
+    }
+    std::printf("inputs loaded from %s: %s\n", r.load_npy.c_str(), s.str().c_str());
+    return p;
+}
+
+/// Writes q, k, v, o (B, H, N, D) and l (B, H, N) as .npy files into `dir` (which must exist).
+inline void save_forward_npy(const std::string& dir, const AttnProblem& p, const std::vector<float>& O,
+                             const std::vector<float>& L) {
+    const AttnShape& s = p.shape;
+    const std::vector<std::size_t> t4 = {std::size_t(s.B), std::size_t(s.H), std::size_t(s.N), std::size_t(s.D)};
+    const std::vector<std::size_t> t3 = {std::size_t(s.B), std::size_t(s.H), std::size_t(s.N)};
+    try {
+        write_npy(dir + "/q.npy", p.Q.data(), t4);
+        write_npy(dir + "/k.npy", p.K.data(), t4);
+        write_npy(dir + "/v.npy", p.V.data(), t4);
+        write_npy(dir + "/o.npy", O.data(), t4);
+        write_npy(dir + "/l.npy", L.data(), t3);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        std::exit(EXIT_FAILURE);
+    }
+    std::printf("saved q, k, v, o, l (.npy) to %s\n", dir.c_str());
+}
+
+/// Query rows to check in each head: all of them when N ≤ max_rows, else the first and last row,
+/// the rows around each multiple of 64 up to the sample size, and random rows (seeded by N).
+inline std::vector<int> sample_rows(int N, int max_rows) {
+    std::vector<int> rows;
+    if (N <= max_rows) {
+        for (int i = 0; i < N; ++i) rows.push_back(i);
+        return rows;
+    }
+    rows = {0, 1, N - 2, N - 1};
+    for (int t = 64; t < N && int(rows.size()) < max_rows / 2; t += 64) rows.push_back(t - 1), rows.push_back(t);
+    Rng rng{std::uint64_t(N)};
+    while (int(rows.size()) < max_rows) rows.push_back(int(rng.next() % std::uint64_t(N)));
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    return rows;
+}
+
+/// Adds a finiteness scan of a whole tensor to a sampled comparison.
+inline void add_finite_scan(Validation& v, const Validation& scan) {
+    v.failures += scan.failures;
+    v.nonfinite += scan.nonfinite;
+    for (const Mismatch& m : scan.first)
+        if (v.first.size() < 8) v.first.push_back(m);
+    if (scan.nonfinite > 0) v.max_abs = v.max_rel = v.rel_l2 = scan.max_abs;
+}
+
+/// Result of checking a forward pass: O and L against the reference.
+struct ForwardCheck {
+    Validation O, L;
+    bool ok() const { return O.ok() && L.ok(); }
+    void print() const {
+        O.print();
+        L.print();
+    }
+};
+
+/// Checks O (B,H,N,D) and L (B,H,N) on sampled rows of every head against the float64 reference,
+/// and scans all of O and L for NaN/Inf.
+inline ForwardCheck check_forward(const AttnProblem& p, const float* O, const float* L,
+                                  Tolerance tol = kFp32Tolerance, int max_rows_per_head = 128) {
+    const AttnShape& s = p.shape;
+    const std::vector<int> rows = sample_rows(s.N, max_rows_per_head);
+    const std::size_t nr = rows.size(), D = std::size_t(s.D), total = s.heads_total() * nr;
+    std::vector<double> refO(total * D), refL(total);
+    std::vector<float> gotO(total * D), gotL(total);
+    parallel_for(total, [&](std::size_t k) {
+        const std::size_t bh = k / nr, r = bh * s.N + std::size_t(rows[k % nr]);
+        attention_row_reference(s, p.Q.data(), p.K.data(), p.V.data(), bh, rows[k % nr],
+                                &refO[k * D], &refL[k]);
+        std::copy_n(O + r * D, D, &gotO[k * D]);
+        gotL[k] = L[r];
+    });
+    auto where = [&](std::size_t per_row) {
+        return [&, per_row](std::size_t i) {
+            const std::size_t k = i / per_row, bh = k / nr;
+            return Where{(long long)(bh / s.H), (long long)(bh % s.H), rows[k % nr],
+                         (long long)(i % per_row)};
+        };
+    };
+    ForwardCheck c{validate("O", gotO.data(), refO.data(), gotO.size(), tol, where(D)),
+                   validate("L", gotL.data(), refL.data(), gotL.size(), tol, where(1))};
+    add_finite_scan(c.O, check_all_finite("O", O, s.elements(), contiguous(s.H, s.N, s.D)));
+    add_finite_scan(c.L, check_all_finite("L", L, s.rows(), contiguous(s.H, s.N, 1)));
+    return c;
+}
+
+}  // namespace fa

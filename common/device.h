@@ -1,0 +1,168 @@
+/// @file device.h
+/// @brief The GPU a program runs on: finding it, describing it, owning its memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "check.h"
+
+namespace fa {
+
+/// Number of usable CUDA devices; 0 when there is no device or no driver (never exits).
+inline int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // clear the error so later calls start clean
+        return 0;
+    }
+    return n;
+}
+
+/// What programs need to know about the device, read once.
+struct DeviceInfo {
+    int id = 0;
+    std::string name;
+    int cc_major = 0, cc_minor = 0;
+    int sm_count = 0;
+    std::size_t smem_per_block = 0;        ///< default dynamic+static limit (48 KB)
+    std::size_t smem_per_block_optin = 0;  ///< limit after cudaFuncSetAttribute
+    std::size_t smem_per_sm = 0;
+    std::size_t l2_bytes = 0;
+    std::size_t global_bytes = 0;
+};
+
+/// Reads the current device's properties.
+inline DeviceInfo device_info() {
+    DeviceInfo d;
+    CUDA_CHECK(cudaGetDevice(&d.id));
+    cudaDeviceProp p{};
+    CUDA_CHECK(cudaGetDeviceProperties(&p, d.id));
+    d.name = p.name;
+    d.cc_major = p.major;
+    d.cc_minor = p.minor;
+    d.sm_count = p.multiProcessorCount;
+    d.smem_per_block = p.sharedMemPerBlock;
+    d.smem_per_block_optin = p.sharedMemPerBlockOptin;
+    d.smem_per_sm = p.sharedMemPerMultiprocessor;
+    d.l2_bytes = std::size_t(p.l2CacheSize);
+    d.global_bytes = p.totalGlobalMem;
+    return d;
+}
+
+/// Free device memory in bytes, right now.
+inline std::size_t device_free_bytes() {
+    std::size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return free_b;
+}
+
+/// Prints the device summary every GPU program starts with.
+inline void print_device_info(const DeviceInfo& d) {
+    int runtime = 0, driver = 0;
+    CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+    CUDA_CHECK(cudaDriverGetVersion(&driver));
+    std::printf("device %d: %s (compute capability %d.%d), %d SMs, CUDA runtime %d.%d, driver API %d.%d\n",
+                d.id, d.name.c_str(), d.cc_major, d.cc_minor, d.sm_count, runtime / 1000,
+                (runtime % 1000) / 10, driver / 1000, (driver % 1000) / 10);
+    std::printf("  shared memory: %zu KB per block (%zu KB opt-in), %zu KB per SM; L2 %.0f MB; "
+                "memory %.1f GB total, %.1f GB free\n",
+                d.smem_per_block / 1024, d.smem_per_block_optin / 1024, d.smem_per_sm / 1024,
+                d.l2_bytes / 1048576.0, d.global_bytes / 1e9, device_free_bytes() / 1e9);
+}
+
+/// Exits with a clear message when `bytes` of device memory are needed but fewer are free.
+inline void require_free_memory(std::size_t bytes, const char* what) {
+    const std::size_t free_b = device_free_bytes();
+    if (bytes <= free_b) return;
+    std::fprintf(stderr, "%s needs %.2f GB of device memory, but only %.2f GB are free on this GPU.\n",
+                 what, bytes / 1e9, free_b / 1e9);
+    std::exit(EXIT_FAILURE);
+}
+
+/// Exits with one clear message when no CUDA device is present; otherwise returns (and prints) it.
+inline DeviceInfo require_device(const char* program, bool print = true) {
+    if (cuda_device_count() == 0) {
+        std::fprintf(stderr, "%s: no CUDA device found (this program runs its kernels on an NVIDIA GPU).\n"
+                             "The CPU parts of the course are tested by 'make test' without one.\n",
+                     program);
+        std::exit(EXIT_FAILURE);
+    }
+    DeviceInfo d = device_info();
+    if (print) print_device_info(d);
+    return d;
+}
+
+/// Allows `kernel` to use `bytes` of dynamic shared memory. Above the default 48 KB this raises the
+/// kernel's limit with cudaFuncSetAttribute; above what the device allows at all, it prints what
+/// was asked and what the device has, and exits.
+template <class Kernel>
+void allow_dynamic_smem(Kernel kernel, std::size_t bytes, const char* what) {
+    const DeviceInfo d = device_info();
+    if (bytes > d.smem_per_block_optin) {
+        std::fprintf(stderr,
+                     "%s needs %zu bytes (%.1f KB) of shared memory per block, but %s allows at most "
+                     "%zu bytes (%.1f KB). Choose smaller tiles.\n",
+                     what, bytes, bytes / 1024.0, d.name.c_str(), d.smem_per_block_optin,
+                     d.smem_per_block_optin / 1024.0);
+        std::exit(EXIT_FAILURE);
+    }
+    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+/// An owning device array of n elements of T (move-only).
+template <class T>
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(std::size_t n) : n_(n) {
+        if (n_ > 0) CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
+    }
+    explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+    ~DeviceBuffer() { cudaFree(ptr_); }
+    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr, o.n_ = 0; }
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+        std::swap(ptr_, o.ptr_);
+        std::swap(n_, o.n_);
+        return *this;
+    }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    T* get() const { return ptr_; }
+    std::size_t size() const { return n_; }
+    std::size_t bytes() const { return n_ * sizeof(T); }
+
+    /// Copies host data in (sizes must match).
+    void upload(const std::vector<T>& host) {
+        if (host.size() != n_) {
+            std::fprintf(stderr, "DeviceBuffer::upload: %zu elements into a buffer of %zu\n",
+                         host.size(), n_);
+            std::exit(EXIT_FAILURE);
+        }
+        CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
+    }
+    /// Copies the buffer out.
+    std::vector<T> download() const {
+        std::vector<T> host(n_);
+        CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+        return host;
+    }
+    /// Fills every byte with 0xFF: NaN in float, half and bfloat16, so unwritten outputs fail checks.
+    void poison() { CUDA_CHECK(cudaMemset(ptr_, 0xFF, bytes())); }
+    /// Fills with zeros.
+    void zero() { CUDA_CHECK(cudaMemset(ptr_, 0, bytes())); }
+
+private:
+    T* ptr_ = nullptr;
+    std::size_t n_ = 0;
+};
+
+}  // namespace fa

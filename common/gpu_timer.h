@@ -1,0 +1,65 @@
+/// @file gpu_timer.h
+/// @brief Times GPU work with CUDA events: warm-up first, L2 flushed before every repetition.
+///
+/// Without the flush, a kernel run twice on the same inputs finds them in L2 the second time and
+/// looks faster than it is on fresh data. The flush buffer is allocated once per timer (twice the
+/// device's L2 size) and overwritten before each timed launch.
+#pragma once
+
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "check.h"
+#include "timer.h"
+
+namespace fa {
+
+/// CUDA-event timer. `launch` is any callable that enqueues the work on the default stream.
+class GpuTimer {
+public:
+    explicit GpuTimer(bool flush_l2 = true) {
+        CUDA_CHECK(cudaEventCreate(&start_));
+        CUDA_CHECK(cudaEventCreate(&stop_));
+        if (flush_l2) {
+            int device = 0, l2_bytes = 0;
+            CUDA_CHECK(cudaGetDevice(&device));
+            CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+            flush_bytes_ = 2 * std::size_t(l2_bytes > 0 ? l2_bytes : (8 << 20));
+            CUDA_CHECK(cudaMalloc(&flush_, flush_bytes_));
+        }
+    }
+    ~GpuTimer() {
+        cudaFree(flush_);
+        cudaEventDestroy(start_);
+        cudaEventDestroy(stop_);
+    }
+    GpuTimer(const GpuTimer&) = delete;
+    GpuTimer& operator=(const GpuTimer&) = delete;
+
+    /// Runs `launch` `warmup` times untimed, then `repeat` times timed; returns the statistics.
+    template <class Launch>
+    TimingStats time(Launch&& launch, int repeat, int warmup = 2) {
+        for (int i = 0; i < warmup; ++i) launch();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<double> ms;
+        for (int i = 0; i < repeat; ++i) {
+            if (flush_ != nullptr) CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xFF, flush_bytes_));
+            CUDA_CHECK(cudaEventRecord(start_));
+            launch();
+            CUDA_CHECK(cudaEventRecord(stop_));
+            CUDA_CHECK(cudaEventSynchronize(stop_));
+            float t = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&t, start_, stop_));
+            ms.push_back(t);
+        }
+        return summarize(ms);
+    }
+
+private:
+    cudaEvent_t start_ = nullptr, stop_ = nullptr;
+    void* flush_ = nullptr;
+    std::size_t flush_bytes_ = 0;
+};
+
+}  // namespace fa

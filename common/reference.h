@@ -1,0 +1,181 @@
+/// @file reference.h
+/// @brief The float64 CPU references: the single oracle every chapter and test is checked against.
+///
+/// Plain loops, no tiling, no tricks: softmax of a row, the attention forward (S, P, O and the
+/// logsumexp L) and backward (dQ, dK, dV). Inputs are float32 (what the kernels read); every
+/// intermediate is double. Layout and masking are those of shape.h.
+///
+/// Conventions: a masked score is −inf and its probability 0. A softmax row whose entries are all
+/// −inf has no distribution; the course defines its result as all zeros (the same as a fully
+/// masked row in FlashAttention, where l = 0 leaves O = 0) and its logsumexp as −inf.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+#include "parallel.h"
+#include "shape.h"
+
+namespace fa {
+
+/// log Σ_j e^{x_j} of one row, in float64; −inf when every entry is −inf.
+inline double logsumexp_reference(const float* x, std::size_t cols) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (std::size_t j = 0; j < cols; ++j) m = std::fmax(m, double(x[j]));
+    if (std::isinf(m) && m < 0) return m;
+    double sum = 0;
+    for (std::size_t j = 0; j < cols; ++j) sum += std::exp(double(x[j]) - m);
+    return m + std::log(sum);
+}
+
+/// Row-wise softmax y = e^{x − m} / Σ e^{x − m} of a rows × cols matrix, in float64.
+inline void softmax_reference(const float* x, double* y, std::size_t rows, std::size_t cols) {
+    for (std::size_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * cols;
+        double* yr = y + r * cols;
+        const double lse = logsumexp_reference(xr, cols);
+        for (std::size_t j = 0; j < cols; ++j)
+            yr[j] = std::isinf(lse) && lse < 0 ? 0.0 : std::exp(double(xr[j]) - lse);
+    }
+}
+
+/// Offset of head `bh` (= b·H + h) in a Q/K/V/O array.
+inline std::size_t head_offset(const AttnShape& s, std::size_t bh) {
+    return bh * std::size_t(s.N) * std::size_t(s.D);
+}
+
+/// One query row i of head bh: O_i (D values) and L_i; optionally the score row S_i and the
+/// probability row P_i (N values each, −inf and 0 where masked). Any output pointer may be null.
+inline void attention_row_reference(const AttnShape& s, const float* Q, const float* K,
+                                    const float* V, std::size_t bh, int i, double* O_row,
+                                    double* L_row, double* S_row = nullptr,
+                                    double* P_row = nullptr) {
+    const std::size_t D = std::size_t(s.D), base = head_offset(s, bh);
+    const float* q = Q + base + std::size_t(i) * D;
+    std::vector<double> S(std::size_t(s.N));
+    double m = -std::numeric_limits<double>::infinity();
+    for (int j = 0; j < s.N; ++j) {
+        if (!s.visible(i, j)) {
+            S[j] = -std::numeric_limits<double>::infinity();
+            continue;
+        }
+        const float* k = K + base + std::size_t(j) * D;
+        double dot = 0;
+        for (std::size_t d = 0; d < D; ++d) dot += double(q[d]) * double(k[d]);
+        S[j] = dot * double(s.scale);
+        m = std::fmax(m, S[j]);
+    }
+    double l = 0;
+    for (int j = 0; j < s.N; ++j) l += s.visible(i, j) ? std::exp(S[j] - m) : 0.0;
+    const double L = m + std::log(l);
+    if (O_row)
+        for (std::size_t d = 0; d < D; ++d) O_row[d] = 0;
+    for (int j = 0; j < s.N; ++j) {
+        const double p = s.visible(i, j) ? std::exp(S[j] - L) : 0.0;
+        if (S_row) S_row[j] = S[j];
+        if (P_row) P_row[j] = p;
+        if (O_row && p != 0) {
+            const float* v = V + base + std::size_t(j) * D;
+            for (std::size_t d = 0; d < D; ++d) O_row[d] += p * double(v[d]);
+        }
+    }
+    if (L_row) *L_row = L;
+}
+
+/// Full forward: O (rows × D) and L (rows), in float64, all rows in parallel.
+inline void attention_forward_reference(const AttnShape& s, const float* Q, const float* K,
+                                        const float* V, double* O, double* L) {
+    parallel_for(s.rows(), [&](std::size_t r) {
+        attention_row_reference(s, Q, K, V, r / s.N, int(r % s.N), O + r * s.D, L + r);
+    });
+}
+
+/// What every backward row needs from the forward: L_i and D_i = rowsum(dO_i ∘ O_i).
+struct BackwardStats {
+    std::vector<double> L;     ///< logsumexp of each row (rows)
+    std::vector<double> Dsum;  ///< D_i = Σ_d dO_id · O_id (rows)
+};
+
+/// Computes L and D for every row (in parallel).
+inline BackwardStats backward_stats_reference(const AttnShape& s, const float* Q, const float* K,
+                                              const float* V, const float* dO) {
+    BackwardStats st;
+    st.L.resize(s.rows());
+    st.Dsum.resize(s.rows());
+    parallel_for(s.rows(), [&](std::size_t r) {
+        std::vector<double> o(std::size_t(s.D));
+        attention_row_reference(s, Q, K, V, r / s.N, int(r % s.N), o.data(), &st.L[r]);
+        double acc = 0;
+        for (int d = 0; d < s.D; ++d) acc += double(dO[r * s.D + d]) * o[d];
+        st.Dsum[r] = acc;
+    });
+    return st;
+}
+
+/// P_ij and dS_ij = P_ij (dP_ij − D_i) with dP_ij = dO_i · V_j, from the stored statistics.
+inline void backward_entry_reference(const AttnShape& s, const float* Q, const float* K,
+                                     const float* V, const float* dO, const BackwardStats& st,
+                                     std::size_t bh, int i, int j, double* P, double* dS) {
+    *P = 0;
+    *dS = 0;
+    if (!s.visible(i, j)) return;
+    const std::size_t D = std::size_t(s.D), base = head_offset(s, bh);
+    const float *q = Q + base + i * D, *k = K + base + j * D, *v = V + base + j * D,
+                *g = dO + base + i * D;
+    double dot = 0, dP = 0;
+    for (std::size_t d = 0; d < D; ++d) {
+        dot += double(q[d]) * double(k[d]);
+        dP += double(g[d]) * double(v[d]);
+    }
+    const std::size_t r = bh * std::size_t(s.N) + std::size_t(i);
+    *P = std::exp(dot * double(s.scale) - st.L[r]);
+    *dS = *P * (dP - st.Dsum[r]);
+}
+
+/// dQ_i = scale · Σ_j dS_ij K_j for query row i of head bh (D values).
+inline void dq_row_reference(const AttnShape& s, const float* Q, const float* K, const float* V,
+                             const float* dO, const BackwardStats& st, std::size_t bh, int i,
+                             double* dq) {
+    const std::size_t D = std::size_t(s.D), base = head_offset(s, bh);
+    for (std::size_t d = 0; d < D; ++d) dq[d] = 0;
+    for (int j = 0; j < s.N; ++j) {
+        double P, dS;
+        backward_entry_reference(s, Q, K, V, dO, st, bh, i, j, &P, &dS);
+        const float* k = K + base + std::size_t(j) * D;
+        for (std::size_t d = 0; d < D; ++d) dq[d] += dS * double(s.scale) * double(k[d]);
+    }
+}
+
+/// dK_j = scale · Σ_i dS_ij Q_i and dV_j = Σ_i P_ij dO_i for key row j of head bh (D values each).
+inline void dkdv_row_reference(const AttnShape& s, const float* Q, const float* K, const float* V,
+                               const float* dO, const BackwardStats& st, std::size_t bh, int j,
+                               double* dk, double* dv) {
+    const std::size_t D = std::size_t(s.D), base = head_offset(s, bh);
+    for (std::size_t d = 0; d < D; ++d) dk[d] = dv[d] = 0;
+    for (int i = 0; i < s.N; ++i) {
+        double P, dS;
+        backward_entry_reference(s, Q, K, V, dO, st, bh, i, j, &P, &dS);
+        const float *q = Q + base + std::size_t(i) * D, *g = dO + base + std::size_t(i) * D;
+        for (std::size_t d = 0; d < D; ++d) {
+            dk[d] += dS * double(s.scale) * double(q[d]);
+            dv[d] += P * double(g[d]);
+        }
+    }
+}
+
+/// Full backward: dQ, dK, dV (each rows × D) for the upstream gradient dO, in float64.
+inline void attention_backward_reference(const AttnShape& s, const float* Q, const float* K,
+                                         const float* V, const float* dO, double* dQ, double* dK,
+                                         double* dV) {
+    const BackwardStats st = backward_stats_reference(s, Q, K, V, dO);
+    parallel_for(s.rows(), [&](std::size_t r) {
+        const std::size_t bh = r / s.N;
+        const int n = int(r % s.N);
+        dq_row_reference(s, Q, K, V, dO, st, bh, n, dQ + r * s.D);
+        dkdv_row_reference(s, Q, K, V, dO, st, bh, n, dK + r * s.D, dV + r * s.D);
+    });
+}
+
+}  // namespace fa

@@ -1,0 +1,273 @@
+// Tests of common/: the checks every chapter relies on must themselves be able to fail.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../common/attention.h"
+#include "../common/cli.h"
+#include "../common/npy.h"
+#include "../common/random.h"
+#include "../common/reference.h"
+#include "../common/validate.h"
+#include "support.h"
+
+using namespace fa;
+
+TEST_CASE("validate: identical arrays pass, statistics are zero", "[cpu][common]") {
+    const std::vector<float> got = {1.0f, -2.0f, 3.5f};
+    const std::vector<double> want = {1.0, -2.0, 3.5};
+    const Validation v = validate("x", got.data(), want.data(), got.size(), {1e-6, 1e-6});
+    CHECK(v.ok());
+    CHECK(v.max_abs == 0);
+    CHECK(v.rel_l2 == 0);
+}
+
+TEST_CASE("validate: one wrong element fails and is located", "[cpu][common]") {
+    std::vector<float> got(2 * 3 * 4 * 5, 1.0f);
+    std::vector<double> want(got.size(), 1.0);
+    const std::size_t bad = ((1 * 3 + 2) * 4 + 3) * 5 + 4;  // (batch 1, head 2, row 3, col 4)
+    got[bad] = 1.001f;
+    const Validation v = validate("O", got.data(), want.data(), got.size(), {1e-5, 1e-5}, contiguous(3, 4, 5));
+    CHECK_FALSE(v.ok());
+    CHECK(v.failures == 1);
+    REQUIRE(v.first.size() == 1);
+    CHECK(v.first[0].where.batch == 1);
+    CHECK(v.first[0].where.head == 2);
+    CHECK(v.first[0].where.row == 3);
+    CHECK(v.first[0].where.col == 4);
+    CHECK(v.max_abs == Approx(0.001).epsilon(1e-3));
+}
+
+TEST_CASE("validate: NaN or Inf in the result always fails", "[cpu][common]") {
+    std::vector<float> got = {1.0f, 2.0f};
+    const std::vector<double> want = {1.0, 2.0};
+    const Tolerance loose{1e30, 1e30};
+    got[1] = std::numeric_limits<float>::quiet_NaN();
+    Validation v = validate("x", got.data(), want.data(), 2, loose);
+    CHECK_FALSE(v.ok());
+    CHECK(v.nonfinite == 1);
+    got[1] = std::numeric_limits<float>::infinity();
+    v = validate("x", got.data(), want.data(), 2, loose);
+    CHECK_FALSE(v.ok());
+    CHECK(v.nonfinite == 1);
+}
+
+TEST_CASE("validate: an unwritten (poisoned) element fails", "[cpu][common]") {
+    // DeviceBuffer::poison() fills with 0xFF bytes; the same bit pattern on the host:
+    std::vector<float> got = {0.5f, 0.25f, 0.125f};
+    const std::uint32_t poison = 0xFFFFFFFFu;
+    std::memcpy(&got[2], &poison, sizeof poison);
+    const std::vector<double> want = {0.5, 0.25, 0.125};
+    CHECK_FALSE(validate("x", got.data(), want.data(), 3, {1e-5, 1e-5}).ok());
+    CHECK_FALSE(check_all_finite("x", got.data(), 3).ok());
+}
+
+TEST_CASE("validate: empty comparison is not a pass", "[cpu][common]") {
+    CHECK_FALSE(validate("x", nullptr, nullptr, 0, {1, 1}).ok());
+}
+
+TEST_CASE("check_forward: catches a poisoned element outside the sampled rows", "[cpu][common]") {
+    const AttnShape s = make_shape(1, 1, 300, 16, false);
+    const AttnProblem p = make_problem(s, 7);
+    std::vector<double> O(s.elements()), L(s.rows());
+    attention_forward_reference(s, p.Q.data(), p.K.data(), p.V.data(), O.data(), L.data());
+    std::vector<float> Of(O.begin(), O.end()), Lf(L.begin(), L.end());
+    CHECK(check_forward(p, Of.data(), Lf.data(), kFp32Tolerance, 32).ok());
+    const std::vector<int> sampled = sample_rows(s.N, 32);
+    int unsampled = 0;
+    while (std::binary_search(sampled.begin(), sampled.end(), unsampled)) ++unsampled;
+    Of[std::size_t(unsampled) * s.D + 3] = std::numeric_limits<float>::quiet_NaN();
+    const ForwardCheck c = check_forward(p, Of.data(), Lf.data(), kFp32Tolerance, 32);
+    CHECK_FALSE(c.O.ok());
+    CHECK(c.L.ok());
+}
+
+TEST_CASE("npy: float32 round trip keeps shape and values", "[cpu][common]") {
+    const std::string path = "build/tests/roundtrip.npy";
+    const std::vector<std::size_t> shape = {2, 3, 5, 7};
+    const std::vector<float> x = random_uniform(2 * 3 * 5 * 7, 1, -3, 3);
+    write_npy(path, x.data(), shape);
+    std::vector<std::size_t> shape_back;
+    const std::vector<float> y = read_npy_f32(path, &shape_back);
+    CHECK(shape_back == shape);
+    CHECK(y == x);
+    std::remove(path.c_str());
+}
+
+TEST_CASE("npy: wrong type, wrong magic and short files are clear errors", "[cpu][common]") {
+    const std::string path = "build/tests/bad.npy";
+    const std::vector<std::uint16_t> h = {1, 2, 3};
+    write_npy(path, h.data(), "<f2", 2, {3});
+    CHECK_THROWS_WITH(read_npy_f32(path, nullptr), Catch::Contains("expected float32"));
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    std::fputs("not numpy", f);
+    std::fclose(f);
+    CHECK_THROWS_WITH(read_npy(path), Catch::Contains("not an .npy file"));
+    const std::vector<float> x(10, 1.0f);
+    write_npy(path, x.data(), {10});
+    f = std::fopen(path.c_str(), "r+b");
+    std::fseek(f, 0, SEEK_END);
+    const long full = std::ftell(f);
+    std::fclose(f);
+    REQUIRE(truncate(path.c_str(), full - 4) == 0);
+    CHECK_THROWS_WITH(read_npy(path), Catch::Contains("shorter than its shape"));
+    CHECK_THROWS_WITH(read_npy("build/tests/does-not-exist.npy"), Catch::Contains("cannot open"));
+    std::remove(path.c_str());
+}
+
+namespace {
+std::string parse_error(std::vector<const char*> args) {
+    AttentionArgs a;
+    RunArgs r;
+    Cli cli("prog", "test");
+    add_attention_options(cli, a);
+    add_run_options(cli, r);
+    args.insert(args.begin(), "prog");
+    return cli.try_parse(int(args.size()), args.data());
+}
+}  // namespace
+
+TEST_CASE("cli: good arguments parse", "[cpu][common]") {
+    AttentionArgs a;
+    RunArgs r;
+    Cli cli("prog", "test");
+    add_attention_options(cli, a);
+    add_run_options(cli, r);
+    const char* argv[] = {"prog", "--seq", "4097", "--dim=128", "--causal", "--seed", "9", "--no-bench"};
+    CHECK(cli.try_parse(8, argv) == "");
+    CHECK(a.seq == 4097);
+    CHECK(a.dim == 128);
+    CHECK(a.causal);
+    CHECK(r.seed == 9);
+    CHECK(r.no_bench);
+    CHECK(cli.given("--seq"));
+    CHECK_FALSE(cli.given("--batch"));
+}
+
+TEST_CASE("cli: bad arguments are rejected with a clear message", "[cpu][common]") {
+    CHECK_THAT(parse_error({"--seqq", "4"}), Catch::Contains("unknown option '--seqq'"));
+    CHECK_THAT(parse_error({"--seq"}), Catch::Contains("needs a value"));
+    CHECK_THAT(parse_error({"--seq", "0"}), Catch::Contains("must be in [1, "));
+    CHECK_THAT(parse_error({"--batch", "-2"}), Catch::Contains("must be in [1, "));
+    CHECK_THAT(parse_error({"--dim", "sixty"}), Catch::Contains("not a whole number"));
+    CHECK_THAT(parse_error({"--dim", "64x"}), Catch::Contains("not a whole number"));
+    CHECK_THAT(parse_error({"--seq", "99999999999999999999"}), Catch::Contains("not a whole number"));
+    CHECK_THAT(parse_error({"--heads", "100000"}), Catch::Contains("must be in"));
+    CHECK_THAT(parse_error({"--scale", "nan"}), Catch::Contains("not a number"));
+    CHECK_THAT(parse_error({"--causal=1"}), Catch::Contains("takes no value"));
+    CHECK_THAT(parse_error({"--save-npy="}), Catch::Contains("empty"));
+}
+
+TEST_CASE("random: same seed same data, other seed other data, mean off zero", "[cpu][common]") {
+    const std::vector<float> a = random_normal(100000, 42, 0.5, 1.0);
+    const std::vector<float> b = random_normal(100000, 42, 0.5, 1.0);
+    const std::vector<float> c = random_normal(100000, 43, 0.5, 1.0);
+    CHECK(a == b);
+    CHECK(a != c);
+    double mean = 0, var = 0;
+    for (float x : a) mean += x;
+    mean /= double(a.size());
+    for (float x : a) var += (x - mean) * (x - mean);
+    var /= double(a.size());
+    CHECK(mean == Approx(0.5).margin(0.02));
+    CHECK(var == Approx(1.0).margin(0.02));
+    const std::vector<float> u = random_uniform(100000, 1, 2.0, 3.0);
+    for (float x : u) REQUIRE((x >= 2.0f && x < 3.0f));
+}
+
+TEST_CASE("reference softmax: known values, −inf entries, all −inf row", "[cpu][common]") {
+    const float inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> x = {0.0f, std::log(3.0f), -inf, 1000.0f, 1000.0f, -inf, -inf, -inf, -inf};
+    std::vector<double> y(9);
+    softmax_reference(x.data(), y.data(), 3, 3);
+    CHECK(y[0] == Approx(0.25));
+    CHECK(y[1] == Approx(0.75));
+    CHECK(y[2] == 0.0);
+    CHECK(y[3] == Approx(0.5));  // large values do not overflow
+    CHECK(y[5] == 0.0);
+    for (int j = 6; j < 9; ++j) CHECK(y[j] == 0.0);  // all −inf: zeros by the course's convention
+    CHECK(logsumexp_reference(&x[6], 3) == -std::numeric_limits<double>::infinity());
+}
+
+TEST_CASE("reference attention: one key gives O = V and L = S", "[cpu][common]") {
+    const AttnShape s = make_shape(1, 1, 1, 4, false, 0.5);
+    const std::vector<float> Q = {1, 2, 3, 4}, K = {1, 0, -1, 2}, V = {0.5f, -1, 2, 3};
+    std::vector<double> O(4), L(1);
+    attention_forward_reference(s, Q.data(), K.data(), V.data(), O.data(), L.data());
+    for (int d = 0; d < 4; ++d) CHECK(O[d] == Approx(V[d]));
+    CHECK(L[0] == Approx(0.5 * (1 - 3 + 8)));
+}
+
+TEST_CASE("reference attention: causal row 0 sees only key 0; rows of P sum to 1", "[cpu][common]") {
+    const AttnShape s = make_shape(1, 2, 9, 8, true);
+    const AttnProblem p = make_problem(s, 3);
+    std::vector<double> o(8), S(9), P(9);
+    double L;
+    attention_row_reference(s, p.Q.data(), p.K.data(), p.V.data(), 1, 0, o.data(), &L, S.data(), P.data());
+    for (int d = 0; d < 8; ++d) CHECK(o[d] == Approx(p.V[s.N * s.D + d]));
+    for (int j = 1; j < 9; ++j) CHECK(P[j] == 0.0);
+    attention_row_reference(s, p.Q.data(), p.K.data(), p.V.data(), 1, 5, o.data(), &L, S.data(), P.data());
+    double sum = 0;
+    for (int j = 0; j < 9; ++j) sum += P[j];
+    CHECK(sum == Approx(1.0).epsilon(1e-12));
+    CHECK(P[6] == 0.0);
+    CHECK(std::isinf(S[6]));
+}
+
+namespace {
+// Loss f = Σ dO ∘ O of the float64 forward; its gradient is what the backward reference computes.
+double loss(const AttnShape& s, const std::vector<float>& Q, const std::vector<float>& K,
+            const std::vector<float>& V, const std::vector<float>& dO) {
+    std::vector<double> O(s.elements()), L(s.rows());
+    attention_forward_reference(s, Q.data(), K.data(), V.data(), O.data(), L.data());
+    double f = 0;
+    for (std::size_t i = 0; i < O.size(); ++i) f += double(dO[i]) * O[i];
+    return f;
+}
+}  // namespace
+
+TEST_CASE("reference backward agrees with central finite differences of the forward", "[cpu][common]") {
+    for (bool causal : {false, true}) {
+        const AttnShape s = make_shape(1, 2, 5, 4, causal);
+        AttnProblem p = make_problem(s, 11);
+        const std::vector<float> dO = random_normal(s.elements(), 12, 0.3, 1.0);
+        std::vector<double> dQ(s.elements()), dK(s.elements()), dV(s.elements());
+        attention_backward_reference(s, p.Q.data(), p.K.data(), p.V.data(), dO.data(), dQ.data(), dK.data(), dV.data());
+        // h = 2^-10: x ± h is exact in float32 for |x| < 2^13, so the difference quotient is exact
+        // up to the O(h²) truncation of the central difference.
+        const float h = 1.0f / 1024;
+        struct Input { std::vector<float>* x; const std::vector<double>* grad; const char* name; };
+        for (Input in : {Input{&p.Q, &dQ, "dQ"}, Input{&p.K, &dK, "dK"}, Input{&p.V, &dV, "dV"}}) {
+            double err2 = 0, ref2 = 0;
+            for (std::size_t i = 0; i < in.x->size(); ++i) {
+                const float x0 = (*in.x)[i];
+                (*in.x)[i] = x0 + h;
+                const double up = loss(s, p.Q, p.K, p.V, dO);
+                (*in.x)[i] = x0 - h;
+                const double down = loss(s, p.Q, p.K, p.V, dO);
+                (*in.x)[i] = x0;
+                const double fd = (up - down) / (2.0 * double(h));
+                err2 += (fd - (*in.grad)[i]) * (fd - (*in.grad)[i]);
+                ref2 += fd * fd;
+            }
+            INFO(in.name << (causal ? " causal" : " non-causal") << ": rel L2 error " << std::sqrt(err2 / ref2));
+            CHECK(std::sqrt(err2 / ref2) < 1e-5);
+        }
+    }
+}
+
+TEST_CASE("shape: FLOP counts follow FlashAttention's convention", "[cpu][common]") {
+    const AttnShape s = make_shape(2, 3, 1024, 64, false);
+    CHECK(s.flops_forward() == 4.0 * 6 * 1024 * 1024 * 64);
+    CHECK(make_shape(2, 3, 1024, 64, true).flops_forward() == s.flops_forward() / 2);
+    CHECK(s.flops_backward() == 2.5 * s.flops_forward());
+    CHECK(s.scale == Approx(0.125));
+}

@@ -1,0 +1,66 @@
+// The one main translation unit of every test binary (compiled once, linked into each).
+//
+// Adds to Catch2 what the course needs:
+//  - without a CUDA device, test cases tagged [gpu] are filtered out and counted, never run and
+//    never reported as passed;
+//  - at the end, one machine-readable line "test-summary: passed=P failed=F gpu-not-run=K" that
+//    tests/run_tests.sh adds up over all test binaries.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../common/device.h"
+
+namespace {
+
+unsigned long long g_gpu_not_run = 0;
+
+// Prints the totals of test cases when the run ends.
+struct SummaryListener : Catch::TestEventListenerBase {
+    using TestEventListenerBase::TestEventListenerBase;
+    void testRunEnded(Catch::TestRunStats const& stats) override {
+        const Catch::Counts& c = stats.totals.testCases;
+        std::printf("test-summary: passed=%llu failed=%llu gpu-not-run=%llu\n",
+                    (unsigned long long)c.passed, (unsigned long long)(c.failed + c.failedButOk),
+                    g_gpu_not_run);
+        std::fflush(stdout);
+    }
+};
+
+// Every alternative of a Catch2 test spec ("a,b" means a or b) gets "~[gpu]" added.
+std::vector<std::string> without_gpu(const std::vector<std::string>& specs) {
+    if (specs.empty()) return {"~[gpu]"};
+    std::vector<std::string> out;
+    for (const std::string& spec : specs) {
+        std::string s;
+        std::size_t start = 0;
+        for (std::size_t comma; (comma = spec.find(',', start)) != std::string::npos; start = comma + 1)
+            s += spec.substr(start, comma - start) + " ~[gpu],";
+        out.push_back(s + spec.substr(start) + " ~[gpu]");
+    }
+    return out;
+}
+
+}  // namespace
+
+CATCH_REGISTER_LISTENER(SummaryListener)
+
+int main(int argc, char* argv[]) {
+    Catch::Session session;
+    const int rc = session.applyCommandLine(argc, argv);
+    if (rc != 0) return rc;
+    if (fa::cuda_device_count() == 0) {
+        Catch::Config& config = session.config();
+        for (const Catch::TestCase& t :
+             Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config))
+            for (const std::string& tag : t.tags)
+                if (tag == "gpu") ++g_gpu_not_run;
+        Catch::ConfigData data = session.configData();
+        data.testsOrTags = without_gpu(data.testsOrTags);
+        session.useConfigData(data);
+    }
+    return session.run();
+}
