@@ -10,7 +10,7 @@ SHELL := /bin/bash
 .DELETE_ON_ERROR:
 
 NVCC ?= nvcc
-BUILD := build
+BUILD ?= build
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/dev/null)))
 
 # ---- GPU architecture -------------------------------------------------------------------------
@@ -52,7 +52,7 @@ USES_3 := 2
 USES_4 := 2 3
 USES_5 := 2 3 4
 USES_6 := 2 3 4 5
-USES_7 := 2 3 4 5
+USES_7 :=
 
 main_src = $(wildcard $(call dir_of,$(1))/main.cu $(call dir_of,$(1))/main.cpp)
 lib_srcs = $(filter-out %/main.cu %/main.cpp,$(wildcard $(call dir_of,$(1))/*.cu $(call dir_of,$(1))/*.cpp))
