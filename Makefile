@@ -31,7 +31,7 @@ else
 endif
 
 # ---- flags --------------------------------------------------------------------------------------
-NVCCFLAGS := -std=c++17 -O3 -lineinfo -MMD -MP $(GENCODE) -Xcompiler -Wall,-Wextra
+NVCCFLAGS := -std=c++17 -O3 -lineinfo -MMD -MP $(GENCODE) -Xcompiler -Wall,-Wextra $(EXTRA_NVCCFLAGS)
 CXXFLAGS := -std=c++17 -O3 -MMD -MP -Wall -Wextra -isystem $(CUDA_HOME)/include
 CATCH2_FLAGS := $(if $(CATCH2_INCLUDE),-isystem $(CATCH2_INCLUDE))
 LDFLAGS := -L$(CUDA_HOME)/lib64
@@ -127,6 +127,35 @@ docs:
 	doxygen docs/Doxyfile
 	@echo "docs: open $(BUILD)/docs/html/index.html"
 
+# ---- benchmarks (docs/benchmarks.md) -------------------------------------------------------------
+# make bench runs every GPU chapter over one grid of shapes into results/<gpu>-<date>.csv.
+# Narrow it with BENCH_CHAPTERS="5 7" BENCH_D=64 BENCH_N="1024 8192" BENCH_CAUSAL=0 BENCH_REPEAT=5;
+# BENCH_CHECK_N="1024 8192" (or all, none) picks the checked lengths; BENCH_CH4_MAX_N,
+# BENCH_TIMEOUT (seconds per run), BENCH_OUT=file; BENCH_DRY_RUN=1 prints the commands only.
+# Chapter 5 is always built: it writes each shape's inputs once for the other programs.
+PYTHON ?= python3
+BENCH_CHAPTERS ?= 3 4 5 6 7
+BENCH_PROGRAMS = $(addprefix chapter,$(sort $(BENCH_CHAPTERS) 5))
+BENCH_GIVEN = $(foreach v,$(sort $(filter BENCH_%,$(.VARIABLES))),$(if $(filter command line environment,$(origin $(v))),$(v)='$($(v))'))
+BENCH_FLAGS = --chapters "$(BENCH_CHAPTERS)" $(if $(BENCH_D),--dims "$(BENCH_D)") \
+  $(if $(BENCH_N),--seq "$(BENCH_N)") $(if $(BENCH_CAUSAL),--causal "$(BENCH_CAUSAL)") \
+  $(if $(BENCH_REPEAT),--repeat $(BENCH_REPEAT)) $(if $(BENCH_CHECK_N),--check-seq "$(BENCH_CHECK_N)") \
+  $(if $(BENCH_CH4_MAX_N),--ch4-max-seq $(BENCH_CH4_MAX_N)) $(if $(BENCH_TIMEOUT),--timeout $(BENCH_TIMEOUT)) \
+  $(if $(BENCH_OUT),--out "$(BENCH_OUT)") $(if $(BENCH_DRY_RUN),--dry-run)
+.PHONY: bench plots results-table compare
+
+bench: $(if $(BENCH_DRY_RUN),,$(BENCH_PROGRAMS))
+	@$(PYTHON) tools/bench.py $(strip $(BENCH_FLAGS)) --command "$(strip make bench $(BENCH_GIVEN))"
+
+plots:
+	@$(PYTHON) tools/plot_results.py $(if $(CSV),--csv "$(CSV)")
+
+results-table:
+	@$(PYTHON) tools/update_readme_table.py $(if $(CSV),--csv "$(CSV)")
+
+compare: chapter3 chapter4 chapter5 chapter7
+	@$(PYTHON) tools/compare_pytorch.py $(COMPARE_ARGS)
+
 clean:
 	rm -rf $(BUILD) $(foreach n,$(CHAPTERS),chapter$(n) chapter$(n).sass chapter$(n).ptx)
 
@@ -143,9 +172,17 @@ help:
 	@echo "Reading what the compiler made"
 	@echo "  make chapterN.sass   SASS of a chapter's kernels (cuobjdump)"
 	@echo "  make chapterN.ptx    PTX of a chapter's kernels (for $(PTX_ARCH))"
+	@echo "Benchmarks (docs/benchmarks.md)"
+	@echo "  make bench           every GPU chapter over one grid of shapes -> results/<gpu>-<date>.csv"
+	@echo "                       BENCH_CHAPTERS, BENCH_D, BENCH_N, BENCH_CAUSAL, BENCH_REPEAT narrow it;"
+	@echo "                       BENCH_DRY_RUN=1 prints the commands only"
+	@echo "  make plots           PNG figures of a results file into docs/figures (CSV=file; needs matplotlib)"
+	@echo "  make results-table   rewrite README.md's results section from a results file (CSV=file)"
+	@echo "  make compare         the course's kernels next to PyTorch's SDPA (needs torch; COMPARE_ARGS=--quick)"
 	@echo "Docs"
 	@echo "  make docs            HTML docs with Doxygen into $(BUILD)/docs/html"
 	@echo "Other"
 	@echo "  make clean           remove $(BUILD)/ and the programs"
 	@echo "Variables: ARCH=sm_90 (GPU target; now: $(if $(ARCH),$(ARCH),fat binary sm_75..sm_90)),"
-	@echo "           CATCH2_INCLUDE=dir (Catch2 header outside the system include path), NVCC=path"
+	@echo "           CATCH2_INCLUDE=dir (Catch2 header outside the system include path), NVCC=path,"
+	@echo "           EXTRA_NVCCFLAGS='-D...' (more nvcc flags, e.g. a chapter's tuning macros)"

@@ -130,12 +130,18 @@ inline std::vector<int> sample_rows(int N, int max_rows) {
     return rows;
 }
 
-/// Adds a finiteness scan of a whole tensor to a sampled comparison.
+/// Adds a finiteness scan of a whole tensor to a comparison of some of its rows. Every non-finite
+/// element of the sample is also in the scan, so each one is counted once.
 inline void add_finite_scan(Validation& v, const Validation& scan) {
-    v.failures += scan.failures;
-    v.nonfinite += scan.nonfinite;
-    for (const Mismatch& m : scan.first)
-        if (v.first.size() < 8) v.first.push_back(m);
+    v.failures = v.failures - v.nonfinite + scan.nonfinite;
+    v.nonfinite = scan.nonfinite;
+    for (const Mismatch& m : scan.first) {
+        bool seen = false;
+        for (const Mismatch& f : v.first)
+            seen |= f.where.batch == m.where.batch && f.where.head == m.where.head &&
+                    f.where.row == m.where.row && f.where.col == m.where.col;
+        if (!seen && v.first.size() < 8) v.first.push_back(m);
+    }
     if (scan.nonfinite > 0) v.max_abs = v.max_rel = v.rel_l2 = scan.max_abs;
 }
 

@@ -123,7 +123,7 @@ class DeviceBuffer {
 public:
     DeviceBuffer() = default;
     explicit DeviceBuffer(std::size_t n) : n_(n) {
-        if (n_ > 0) CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
+        if (n_ > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()));
     }
     explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
     ~DeviceBuffer() { cudaFree(ptr_); }

@@ -29,6 +29,12 @@ struct Where {
 /// Maps a flat element index of the compared arrays to its (batch, head, row, col).
 using WhereFn = std::function<Where(std::size_t)>;
 
+/// Where element i is: `where(i)`, or column i of a single row when no map is given.
+inline Where locate(const WhereFn& where, std::size_t i) {
+    if (where) return where(i);
+    return Where{0, 0, 0, (long long)i};
+}
+
 /// Index map of a contiguous (batch, heads, rows, cols) tensor; a matrix is heads = batch = 1.
 inline WhereFn contiguous(std::size_t heads, std::size_t rows, std::size_t cols) {
     return [=](std::size_t i) {
@@ -104,7 +110,7 @@ inline Validation validate(const std::string& name, const float* got, const doub
         if (bad) {
             ++v.failures;
             if (v.first.size() < max_reported)
-                v.first.push_back({where ? where(i) : Where{0, 0, 0, (long long)i}, g, w});
+                v.first.push_back(Mismatch{locate(where, i), g, w});
         }
         if (finite) {
             if (err > v.max_abs) v.max_abs = err;
@@ -130,7 +136,7 @@ inline Validation check_all_finite(const std::string& name, const float* x, std:
         if (std::isfinite(x[i])) continue;
         ++v.nonfinite;
         ++v.failures;
-        if (v.first.size() < 8) v.first.push_back({where ? where(i) : Where{0, 0, 0, (long long)i}, x[i], 0.0});
+        if (v.first.size() < 8) v.first.push_back(Mismatch{locate(where, i), x[i], 0.0});
     }
     if (v.nonfinite > 0) v.max_abs = v.max_rel = v.rel_l2 = INFINITY;
     return v;

@@ -1,0 +1,133 @@
+/// @file softmax_rows.h
+/// @brief What the softmax programs (chapters 1 and 2) do around their code: make or load a
+/// rows × cols input, save inputs and outputs as .npy, and check a softmax (and its logsumexp)
+/// against the float64 reference.
+///
+/// A row softmax works on a row-major rows × cols float32 matrix x; its result y has the same
+/// shape. Checks compare sampled rows with softmax_reference() (all rows when there are few) and
+/// scan every element for NaN/Inf, so an element a kernel never wrote fails even outside the sample.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "attention.h"
+#include "cli.h"
+#include "npy.h"
+#include "parallel.h"
+#include "random.h"
+#include "reference.h"
+#include "validate.h"
+
+namespace fa {
+
+/// Random softmax input: every entry scale·N(0.5, 1), seeded (off zero mean like make_problem).
+inline std::vector<float> random_rows(std::size_t rows, std::size_t cols, std::uint64_t seed,
+                                      double scale) {
+    return random_normal(rows * cols, seed, 0.5 * scale, scale);
+}
+
+/// Reads `dir`/x.npy, a 2-D float32 array, and sets rows and cols from it. A --rows or --cols given
+/// on the command line that disagrees with the file is an error. Prints what was loaded; exits
+/// with a message on any error.
+inline std::vector<float> load_rows_npy(const Cli& cli, const std::string& dir, int& rows, int& cols) {
+    std::vector<std::size_t> shape;
+    std::vector<float> x;
+    try {
+        x = read_npy_f32(dir + "/x.npy", &shape);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        std::exit(EXIT_FAILURE);
+    }
+    if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1 || shape[0] > (1u << 30) ||
+        shape[1] > (1u << 30)) {
+        std::fprintf(stderr, "error: %s/x.npy has shape %s; expected (rows, cols), both ≥ 1\n",
+                     dir.c_str(), npy_shape_text(shape).c_str());
+        std::exit(EXIT_FAILURE);
+    }
+    const int file_rows = int(shape[0]), file_cols = int(shape[1]);
+    const struct { const char* flag; int value, file; } dims[] = {{"--rows", rows, file_rows},
+                                                                  {"--cols", cols, file_cols}};
+    for (const auto& d : dims)
+        if (cli.given(d.flag) && d.value != d.file) {
+            std::fprintf(stderr, "error: %s %d disagrees with %s/x.npy of shape %s\n", d.flag, d.value,
+                         dir.c_str(), npy_shape_text(shape).c_str());
+            std::exit(EXIT_FAILURE);
+        }
+    rows = file_rows;
+    cols = file_cols;
+    std::printf("input loaded from %s/x.npy: %d rows x %d cols\n", dir.c_str(), rows, cols);
+    return x;
+}
+
+/// Writes `name`.npy (rows × cols, or rows when cols is 0) into `dir`; exits with a message on error.
+inline void save_rows_npy(const std::string& dir, const char* name, const float* data, int rows,
+                          int cols) {
+    std::vector<std::size_t> shape = {std::size_t(rows)};
+    if (cols > 0) shape.push_back(std::size_t(cols));
+    const std::string path = dir + "/" + name + ".npy";
+    try {
+        write_npy(path, data, shape);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        std::exit(EXIT_FAILURE);
+    }
+    std::printf("saved %s\n", path.c_str());
+}
+
+/// Compares the softmax y of x (rows × cols) with the float64 reference on sampled rows (all rows
+/// when rows ≤ max_rows) and scans all of y for NaN/Inf.
+inline Validation check_softmax_rows(const std::string& name, const float* x, const float* y,
+                                     int rows, int cols, Tolerance tol, int max_rows = 256) {
+    const std::vector<int> sample = sample_rows(rows, max_rows);
+    const std::size_t n = std::size_t(cols), k = sample.size();
+    std::vector<double> want(k * n);
+    std::vector<float> got(k * n);
+    parallel_for(k, [&](std::size_t i) {
+        const std::size_t r = std::size_t(sample[i]);
+        softmax_reference(x + r * n, &want[i * n], 1, n);
+        std::copy_n(y + r * n, n, &got[i * n]);
+    });
+    const WhereFn where = [&sample, n](std::size_t i) {
+        return Where{0, 0, sample[i / n], (long long)(i % n)};
+    };
+    Validation v = validate(name, got.data(), want.data(), got.size(), tol, where);
+    add_finite_scan(v, check_all_finite(name, y, std::size_t(rows) * n, contiguous(1, rows, n)));
+    return v;
+}
+
+/// Compares lse[r] with the float64 logsumexp of row r of x on sampled rows, and scans every lse[r]
+/// for NaN and +inf (−inf is the logsumexp of an all −inf row). A sampled row whose reference is −inf
+/// passes only when lse[r] is −inf too.
+inline Validation check_logsumexp_rows(const std::string& name, const float* x, const float* lse,
+                                       int rows, int cols, Tolerance tol, int max_rows = 256) {
+    const std::vector<int> sample = sample_rows(rows, max_rows);
+    std::vector<double> want(sample.size());
+    std::vector<float> got(sample.size());
+    for (std::size_t i = 0; i < sample.size(); ++i) {
+        const std::size_t r = std::size_t(sample[i]);
+        const double ref = logsumexp_reference(x + r * std::size_t(cols), std::size_t(cols));
+        got[i] = lse[r];
+        want[i] = ref;
+        if (std::isinf(ref) && ref < 0) {
+            // both −inf: equal, compared as 0 = 0; otherwise a NaN reference makes it fail
+            const bool both = std::isinf(got[i]) && got[i] < 0;
+            got[i] = both ? 0.0f : got[i];
+            want[i] = both ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+        }
+    }
+    const WhereFn where = [&sample](std::size_t i) { return Where{0, 0, sample[i], 0}; };
+    Validation v = validate(name, got.data(), want.data(), got.size(), tol, where);
+    std::vector<float> scan(lse, lse + rows);
+    for (float& l : scan) l = std::isinf(l) && l < 0 ? 0.0f : l;  // −inf is a legal logsumexp
+    add_finite_scan(v, check_all_finite(name, scan.data(), scan.size(), contiguous(1, rows, 1)));
+    return v;
+}
+
+}  // namespace fa
