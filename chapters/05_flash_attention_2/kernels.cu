@@ -233,8 +233,14 @@ __device__ __forceinline__ void tile_scores(const float* Q_s, const float* K_s, 
 #pragma unroll
         for (int a = 0; a < C::TM; ++a)
 #pragma unroll
-            for (int b = 0; b < C::TN; ++b)
-                S[a][b] += q[a].x * k[b].x + q[a].y * k[b].y + q[a].z * k[b].z + q[a].w * k[b].w;
+            for (int b = 0; b < C::TN; ++b) {
+                // four fused multiply-adds into the accumulator: writing the sum of four products
+                // first would cost a multiply and an add more per four terms
+                S[a][b] = fmaf(q[a].x, k[b].x, S[a][b]);
+                S[a][b] = fmaf(q[a].y, k[b].y, S[a][b]);
+                S[a][b] = fmaf(q[a].z, k[b].z, S[a][b]);
+                S[a][b] = fmaf(q[a].w, k[b].w, S[a][b]);
+            }
     }
 }
 
