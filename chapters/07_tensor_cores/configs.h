@@ -1,0 +1,50 @@
+/// @file configs.h
+/// @brief Chapter 7: the tile configurations of variants 2–6, listed once for the GPU launcher
+/// (kernels.cu) and the CPU emulator (emulated_kernels.cpp).
+#pragma once
+
+#include <type_traits>
+
+#include "mma_config.h"
+
+namespace ch7 {
+
+/// A list of MmaConfig types.
+template <class... Cfgs>
+struct ConfigList {};
+
+/// Calls f(Cfg{}) for every configuration of the list, in order.
+template <class... Cfgs, class F>
+void for_each_config(ConfigList<Cfgs...>, F&& f) {
+    (f(Cfgs{}), ...);
+}
+
+/// Steps 2–5: 4 warps of one m-tile (B_r = 64), B_c = 64; synchronous loads until step 4, then
+/// two K/V buffers.
+template <int Step, int D>
+using LadderConfig = MmaConfig<Step, D, 4, 1, 64, (Step >= 4 ? 2 : 1), false>;
+
+/// Variant 6's candidates: MmaConfig<6, D, warps, m-tiles, B_c, stages, Q in registers>. Register
+/// budget per lane ≈ O (m_tiles·D/2) + S (m_tiles·B_c/2) + Q (m_tiles·D/4 if kept) + addresses,
+/// at most 255; every candidate here compiles without spills for sm_80..sm_90 (README, step 6).
+/// FlashAttention-2's own shapes (B_r = 128 with B_c = 128 for D = 64 and B_c = 64 for D = 128)
+/// spill a few registers in this kernel, so the m_tiles = 2 candidates take half that B_c.
+using Candidates64 = ConfigList<MmaConfig<6, 64, 4, 2, 64, 2, false>,   //
+                                MmaConfig<6, 64, 4, 2, 64, 2, true>,    //
+                                MmaConfig<6, 64, 4, 2, 64, 3, true>,    //
+                                MmaConfig<6, 64, 4, 1, 128, 2, true>,   //
+                                MmaConfig<6, 64, 4, 1, 64, 3, true>,    //
+                                MmaConfig<6, 64, 8, 1, 64, 2, true>>;
+using Candidates128 = ConfigList<MmaConfig<6, 128, 4, 2, 32, 2, false>,  //
+                                 MmaConfig<6, 128, 4, 2, 32, 3, false>,  //
+                                 MmaConfig<6, 128, 4, 1, 64, 2, true>,   //
+                                 MmaConfig<6, 128, 4, 1, 32, 2, false>,  //
+                                 MmaConfig<6, 128, 8, 1, 64, 2, false>,  //
+                                 MmaConfig<6, 128, 8, 1, 32, 2, true>>;
+
+/// Variant 6's default candidate per head dim: B_r = 128 (FlashAttention-2's query tile) until
+/// `./chapter7 --sweep` on the target GPU says otherwise (README, step 6).
+constexpr int kTunedCandidate64 = 0;
+constexpr int kTunedCandidate128 = 0;
+
+}  // namespace ch7

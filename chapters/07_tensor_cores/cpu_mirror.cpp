@@ -1,0 +1,147 @@
+// Chapter 7: the CPU mirror of the kernels' arithmetic, and the 2× rule that judges the kernels
+// against it.
+//
+// The mirror is Algorithm 1 of FlashAttention-2 in plain loops, with the kernels' precision: inputs
+// rounded to T (the caller does it), S = Q Kᵀ and the online softmax in fp32, P̃ rounded to T before
+// P̃·V (the kernels feed P̃ to the tensor cores as 16-bit), O accumulated in fp32 and rounded to T
+// at the end, L = m + log l in fp32. Its error against the float64 reference is the error a correct
+// 16-bit kernel is expected to have; the kernels may have at most twice that (plus a floor).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <vector>
+
+#include "../../common/parallel.h"
+#include "../../common/reference.h"
+#include "flash2_tc.h"
+
+namespace ch7 {
+
+namespace {
+
+/// x rounded to T and back (identity for float).
+template <class T>
+float round_to_t(float x) {
+    return fa::to_float(fa::from_float<T>(x));
+}
+
+}  // namespace
+
+template <class T>
+void mirror_rows(const fa::AttnShape& s, const float* Q, const float* K, const float* V, std::size_t bh,
+                 int row_begin, int row_end, int Bc, float* O, float* L) {
+    const int D = s.D, rows = row_end - row_begin;
+    const std::size_t base = fa::head_offset(s, bh);
+    const float* Qi = Q + base + std::size_t(row_begin) * D;  // Alg. 1 line 4: the block Q_i
+    // line 5: O_i = 0, l_i = 0, m_i = −inf
+    std::vector<float> Oi(std::size_t(rows) * D, 0.0f), l(rows, 0.0f),
+        m(rows, -std::numeric_limits<float>::infinity()), S(std::size_t(rows) * Bc);
+    const int key_end = s.causal ? std::min(s.N, row_end) : s.N;
+    for (int k0 = 0; k0 < key_end; k0 += Bc) {  // line 6: for each key block j
+        const int kn = std::min(Bc, s.N - k0);
+        const float* Kj = K + base + std::size_t(k0) * D;  // line 7: K_j, V_j
+        const float* Vj = V + base + std::size_t(k0) * D;
+        for (int r = 0; r < rows; ++r) {
+            const int i = row_begin + r;
+            float* Sr = &S[std::size_t(r) * Bc];
+            for (int c = 0; c < kn; ++c) {  // line 8: S_ij = Q_i K_jᵀ (fp32 sums of exact products)
+                float dot = 0.0f;
+                for (int d = 0; d < D; ++d) dot += Qi[std::size_t(r) * D + d] * Kj[std::size_t(c) * D + d];
+                Sr[c] = dot;
+            }
+            // line 9: m_new = max(m, rowmax(S·scale)); P̃ = exp(S·scale − m_new); l = e^{m − m_new} l + rowsum(P̃)
+            float mx = -std::numeric_limits<float>::infinity();
+            for (int c = 0; c < kn; ++c)
+                if (s.visible(i, k0 + c)) mx = std::max(mx, Sr[c] * s.scale);
+            const float m_new = std::max(m[r], mx);
+            const float alpha = std::exp(m[r] - m_new);
+            float rowsum = 0.0f;
+            for (int c = 0; c < kn; ++c) {
+                Sr[c] = s.visible(i, k0 + c) ? std::exp(Sr[c] * s.scale - m_new) : 0.0f;
+                rowsum += Sr[c];
+            }
+            l[r] = alpha * l[r] + rowsum;
+            m[r] = m_new;
+            // line 10: O_i = e^{m − m_new} O_i + P̃ V_j, with P̃ rounded to T as the kernels feed it
+            float* Or = &Oi[std::size_t(r) * D];
+            for (int d = 0; d < D; ++d) Or[d] *= alpha;
+            for (int c = 0; c < kn; ++c) {
+                const float p = round_to_t<T>(Sr[c]);
+                for (int d = 0; d < D; ++d) Or[d] += p * Vj[std::size_t(c) * D + d];
+            }
+        }
+    }
+    for (int r = 0; r < rows; ++r) {  // lines 12–13: O_i = O_i / l_i (rounded to T), L_i = m_i + log l_i
+        for (int d = 0; d < D; ++d) O[std::size_t(r) * D + d] = round_to_t<T>(Oi[std::size_t(r) * D + d] / l[r]);
+        L[r] = m[r] + std::log(l[r]);
+    }
+}
+
+template <class T>
+MirrorErrors mirror_errors(const fa::AttnProblem& p, int Bc) {
+    const fa::AttnShape& s = p.shape;
+    // the rows fa::check_forward compares (its default sample size), every other row left at 0
+    const std::vector<int> rows = fa::sample_rows(s.N, 128);
+    std::vector<float> O(s.elements(), 0.0f), L(s.rows(), 0.0f);
+    fa::parallel_for(s.heads_total() * rows.size(), [&](std::size_t k) {
+        const std::size_t bh = k / rows.size();
+        const int i = rows[k % rows.size()];
+        const std::size_t r = bh * std::size_t(s.N) + std::size_t(i);
+        mirror_rows<T>(s, p.Q.data(), p.K.data(), p.V.data(), bh, i, i + 1, Bc, &O[r * s.D], &L[r]);
+    });
+    MirrorErrors e;
+    e.check = fa::check_forward(p, O.data(), L.data());
+    double max_v = 0, max_l = 1;
+    for (float v : p.V) max_v = std::max(max_v, double(std::fabs(v)));
+    for (float x : L) max_l = std::max(max_l, double(std::fabs(x)));
+    e.floor_O = std::ldexp(1.0, -20) * max_v;
+    e.floor_L = s.D * std::ldexp(1.0, -22) * max_l;
+    e.floor_rel = std::ldexp(1.0, -20);
+    e.floor_rel_L = s.D * std::ldexp(1.0, -22);
+    return e;
+}
+
+namespace {
+
+/// One line of the rule for one output: error ≤ 2 · mirror + floor, for max abs and rel L2.
+bool rule_line(const char* name, const fa::Validation& k, const fa::Validation& m, double floor_abs,
+               double floor_rel, std::string& text) {
+    const double bound_abs = 2.0 * m.max_abs + floor_abs, bound_rel = 2.0 * m.rel_l2 + floor_rel;
+    // a NaN or Inf anywhere makes max_abs +inf and nonfinite > 0: never a pass
+    const bool ok = k.count > 0 && k.nonfinite == 0 && k.max_abs <= bound_abs && k.rel_l2 <= bound_rel;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "  2x rule %-2s max_abs %.3e <= 2 x %.3e + %.1e = %.3e, rel_l2 %.3e <= 2 x %.3e + "
+                  "%.1e = %.3e: %s\n",
+                  name, k.max_abs, m.max_abs, floor_abs, bound_abs, k.rel_l2, m.rel_l2, floor_rel,
+                  bound_rel, ok ? "PASS" : "FAIL");
+    text += buf;
+    return ok;
+}
+
+}  // namespace
+
+RuleVerdict low_precision_rule(const fa::ForwardCheck& kernel, const MirrorErrors& mirror) {
+    RuleVerdict v{true, ""};
+    v.ok &= rule_line("O", kernel.O, mirror.check.O, mirror.floor_O, mirror.floor_rel, v.text);
+    v.ok &= rule_line("L", kernel.L, mirror.check.L, mirror.floor_L, mirror.floor_rel_L, v.text);
+    return v;
+}
+
+fa::Tolerance rule_tolerance(const MirrorErrors& mirror) {
+    return {std::max(2.0 * mirror.check.O.max_abs + mirror.floor_O, 2.0 * mirror.check.L.max_abs + mirror.floor_L),
+            0.0};
+}
+
+template void mirror_rows<float>(const fa::AttnShape&, const float*, const float*, const float*,
+                                 std::size_t, int, int, int, float*, float*);
+template void mirror_rows<__half>(const fa::AttnShape&, const float*, const float*, const float*,
+                                  std::size_t, int, int, int, float*, float*);
+template void mirror_rows<__nv_bfloat16>(const fa::AttnShape&, const float*, const float*, const float*,
+                                         std::size_t, int, int, int, float*, float*);
+template MirrorErrors mirror_errors<float>(const fa::AttnProblem&, int);
+template MirrorErrors mirror_errors<__half>(const fa::AttnProblem&, int);
+template MirrorErrors mirror_errors<__nv_bfloat16>(const fa::AttnProblem&, int);
+
+}  // namespace ch7

@@ -1,0 +1,193 @@
+// Chapter 7: the CPU emulator's runtime (emulator.h): fibers, warp collectives, __syncthreads,
+// deferred cp.async, and the dynamic shared memory of the running block.
+#include "emulator.h"
+
+#include <ucontext.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace ch7 {
+inline namespace emulated {
+/// Dynamic shared memory of the running block (the kernels' `extern __shared__ smem_raw[]`).
+alignas(128) unsigned char smem_raw[228 * 1024];
+}  // namespace emulated
+}  // namespace ch7
+
+namespace ch7::emu {
+
+namespace {
+
+constexpr std::size_t kStackBytes = 256 * 1024;  // kernels keep their "registers" on this stack
+constexpr std::size_t kMaxDeposit = 64;          // bytes one lane hands to a collective
+
+using Copy = std::pair<void*, const void*>;
+
+struct Fiber {
+    ucontext_t context;
+    std::vector<unsigned char> stack;
+    Ids ids;
+    bool done = false;
+    std::vector<std::vector<Copy>> committed;  // cp.async groups, oldest first
+    std::vector<Copy> open;                    // cp.async issued since the last commit
+};
+
+struct Warp {
+    int arrived = 0;
+    unsigned long generation = 0;  // completed collectives; deposits alternate between two buffers
+    std::size_t bytes = 0;
+    unsigned char deposits[2][32 * kMaxDeposit];
+};
+
+struct State {
+    ucontext_t scheduler;
+    std::vector<Fiber> fibers;
+    std::vector<Warp> warps;
+    int block_arrived = 0;
+    unsigned long block_generation = 0;
+    Fiber* current = nullptr;
+    const std::function<void()>* body = nullptr;
+    unsigned long events = 0;  // arrivals, completions and exits: progress, for deadlock detection
+};
+
+State& state() {
+    static State s;
+    return s;
+}
+
+Fiber& current() {
+    State& s = state();
+    if (s.current == nullptr) trap("a CUDA intrinsic was called outside an emulated kernel");
+    return *s.current;
+}
+
+void yield() { swapcontext(&current().context, &state().scheduler); }
+
+void fiber_main() {
+    State& s = state();
+    (*s.body)();
+    s.current->done = true;
+    ++s.events;
+}  // returns to uc_link: the scheduler
+
+void run_block() {
+    State& s = state();
+    for (Fiber& f : s.fibers) {
+        f.done = false;
+        f.committed.clear();
+        f.open.clear();
+        getcontext(&f.context);
+        f.context.uc_stack.ss_sp = f.stack.data();
+        f.context.uc_stack.ss_size = f.stack.size();
+        f.context.uc_link = &s.scheduler;
+        makecontext(&f.context, fiber_main, 0);
+    }
+    for (Warp& w : s.warps) w.arrived = 0, w.generation = 0;
+    s.block_arrived = 0;
+    for (;;) {
+        bool all_done = true;
+        const unsigned long before = s.events;
+        for (Fiber& f : s.fibers) {
+            if (f.done) continue;
+            all_done = false;
+            s.current = &f;
+            swapcontext(&s.scheduler, &f.context);
+        }
+        s.current = nullptr;
+        if (all_done) return;
+        if (s.events == before)
+            trap("deadlock: every thread waits at a collective or __syncthreads that not all threads reach");
+    }
+}
+
+}  // namespace
+
+const Ids& ids() { return current().ids; }
+
+int lane() { return int(current().ids.thread_idx.x % 32); }
+
+void sync_block() {
+    State& s = state();
+    const unsigned long generation = s.block_generation;
+    ++s.events;
+    if (++s.block_arrived == int(s.fibers.size())) {
+        s.block_arrived = 0;
+        ++s.block_generation;
+        return;
+    }
+    while (s.block_generation == generation) yield();
+}
+
+const unsigned char* warp_exchange(const void* in, std::size_t bytes) {
+    State& s = state();
+    Fiber& f = current();
+    if (bytes > kMaxDeposit) trap("warp collective: operand too large for the emulator");
+    Warp& w = s.warps[f.ids.thread_idx.x / 32];
+    const unsigned long generation = w.generation;
+    unsigned char* buffer = w.deposits[generation % 2];
+    if (w.arrived == 0)
+        w.bytes = bytes;
+    else if (w.bytes != bytes)
+        trap("warp collective: the lanes of a warp reached different collectives (divergence)");
+    std::memcpy(buffer + lane() * bytes, in, bytes);
+    ++s.events;
+    if (++w.arrived == 32) {
+        w.arrived = 0;
+        ++w.generation;
+    } else {
+        while (w.generation == generation) yield();
+    }
+    return buffer;
+}
+
+void cp_async_16(void* smem, const void* gmem) { current().open.push_back({smem, gmem}); }
+
+void cp_async_commit() {
+    Fiber& f = current();
+    f.committed.push_back(std::move(f.open));
+    f.open.clear();
+}
+
+void cp_async_wait(int pending) {
+    Fiber& f = current();
+    while (int(f.committed.size()) > pending) {
+        for (const Copy& c : f.committed.front()) std::memcpy(c.first, c.second, 16);
+        f.committed.erase(f.committed.begin());
+    }
+}
+
+void trap(const char* why) {
+    std::fprintf(stderr, "ch7 emulator: %s\n", why);
+    std::fflush(stderr);
+    std::abort();
+}
+
+void launch(dim3 grid, dim3 block, std::size_t smem_bytes, const std::function<void()>& body) {
+    State& s = state();
+    if (block.y != 1 || block.z != 1 || block.x == 0 || block.x % 32 != 0 || block.x > 1024)
+        trap("launch: blocks of whole warps in x only");
+    if (smem_bytes > sizeof(smem_raw)) trap("launch: more dynamic shared memory than the emulator has");
+    s.body = &body;
+    s.fibers.resize(block.x);
+    s.warps.resize(block.x / 32);
+    for (unsigned t = 0; t < block.x; ++t) {
+        Fiber& f = s.fibers[t];
+        f.stack.resize(kStackBytes);
+        f.ids.thread_idx = make_uint3(t, 0, 0);
+        f.ids.grid_dim = grid;
+        f.ids.block_dim = block;
+    }
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) {
+                std::memset(smem_raw, 0xFF, smem_bytes);  // NaN in fp16/bf16: unwritten reads show
+                for (Fiber& f : s.fibers) f.ids.block_idx = make_uint3(x, y, z);
+                run_block();
+            }
+    s.body = nullptr;
+}
+
+}  // namespace ch7::emu

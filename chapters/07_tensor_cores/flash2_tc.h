@@ -1,0 +1,135 @@
+/// @file flash2_tc.h
+/// @brief Chapter 7, FlashAttention-2 forward on tensor cores (fp16/bf16 in, fp32 math): what the
+/// program, the tests and later chapters call.
+///
+/// Q, K, V, O are 16-bit (T = __half or __nv_bfloat16), L is fp32, all in the layout of shape.h.
+/// Head dims 64 and 128; any N ≥ 1; causal or not. The kernels need compute capability 8.0+.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "../../common/attention.h"
+#include "../../common/device.h"
+#include "../../common/dtype.h"
+#include "../../common/shape.h"
+
+namespace ch7 {
+
+/// The kernel variants: the steps of the ladder (kernels.cu says what each one changes).
+enum Variant : int {
+    kWmma = 1,        ///< nvcuda::wmma fragments, S and P through shared memory
+    kMmaSync = 2,     ///< mma.sync m16n8k16: S, P and O in registers, quad-shuffle row statistics
+    kLdmatrix = 3,    ///< + ldmatrix (.trans for V) from XOR-swizzled shared memory
+    kCpAsync = 4,     ///< + cp.async double-buffered K/V pipeline
+    kExp2 = 5,        ///< + exp2 with the scale folded in, fewer rescales
+    kTuned = 6,       ///< + tiles and warps per head dim, causal blocks heaviest first
+};
+constexpr int kFirstVariant = kWmma;
+constexpr int kLastVariant = kTuned;
+
+/// Short name of a variant, e.g. "3-ldmatrix-swizzle" (for printouts and result files).
+std::string variant_name(int variant);
+
+/// The tile shape of a kernel.
+struct TileConfig {
+    int warps;       ///< warps per block
+    int m_tiles;     ///< 16-row m-tiles each warp owns
+    int Bc;          ///< keys per K/V tile (B_c)
+    int stages;      ///< K/V buffers in shared memory (1: loaded synchronously each tile)
+    bool q_in_regs;  ///< Q fragments kept in registers for the whole key loop
+    /// Query rows per block: B_r = 16 · m_tiles · warps.
+    int Br() const { return 16 * m_tiles * warps; }
+    /// "B_r x B_c = 128 x 64, 4 warps x 2 m-tiles, 2 stages, Q in smem".
+    std::string str() const;
+};
+
+/// Variant 6's search space for head dim D (64 or 128); tuned_candidate(D) indexes the default.
+std::vector<TileConfig> tuning_candidates(int D);
+/// Index in tuning_candidates(D) of the configuration variant 6 uses by default.
+int tuned_candidate(int D);
+
+/// The tiles `variant` uses for head dim D; for variant 6, candidate `candidate` of
+/// tuning_candidates(D) (−1: the default).
+TileConfig tiles(int variant, int D, int candidate = -1);
+
+/// Empty when `variant` (and for variant 6, `candidate`) can run shape `s`; otherwise why not.
+std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidate = -1);
+
+/// Empty when device `d` can run the kernels (compute capability ≥ 8.0); otherwise why not.
+std::string device_unsupported_reason(const fa::DeviceInfo& d);
+
+/// What the compiler and the occupancy calculator say about one kernel (cudaFuncGetAttributes).
+struct KernelResources {
+    int registers;          ///< registers per thread
+    std::size_t local_bytes;  ///< local memory per thread (spills): 0 is what we want
+    int threads;            ///< threads per block
+    int smem_bytes;         ///< dynamic shared memory per block
+    int blocks_per_sm;      ///< resident blocks per SM (occupancy calculator)
+};
+template <class T>
+KernelResources kernel_resources(int variant, int D, int candidate = -1);
+
+/// O = softmax(Q Kᵀ·scale) V and L = rowwise logsumexp (natural log) on the default stream, for
+/// device arrays; the shape must be supported (unsupported_reason) and the device too.
+template <class T>
+void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O, float* L,
+             int candidate = -1);
+
+/// The same kernels, run on the CPU by the emulator (emulator.h) on host arrays: the kernels' own
+/// source executed lane by lane, thousands of times slower than a GPU (use shapes of a few hundred
+/// rows), so that the tests check every variant without a GPU. Variant 1 uses an emulated wmma.
+template <class T>
+void forward_emulated(int variant, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O,
+                      float* L, int candidate = -1);
+
+/// CPU mirror of the kernels' arithmetic (Alg. 1 of FlashAttention-2) for query rows
+/// [row_begin, row_end) of head bh: inputs as given (round them to T first), S and the softmax in
+/// fp32, P̃ rounded to T before P̃·V, O accumulated in fp32 and rounded to T at the end, L in fp32.
+/// With T = float nothing is rounded (the tiled algorithm alone). O and L point at the head's rows.
+template <class T>
+void mirror_rows(const fa::AttnShape& s, const float* Q, const float* K, const float* V,
+                 std::size_t bh, int row_begin, int row_end, int Bc, float* O, float* L);
+
+/// The low-precision baseline of one problem: the CPU mirror's error against the float64
+/// reference on the rows fa::check_forward samples, and the absolute floors of the 2× rule.
+///
+/// Why floors: the rule compares the kernel with twice the mirror's error, which is zero when the
+/// mirror is exact (N = 1: O = V_0 exactly), while the kernel's fp32 arithmetic runs in another
+/// order. The floors are that order's worth of fp32 round-off, far below a 16-bit rounding:
+/// for O, 16 fp32 ulps of the largest |V| (|O| ≤ max|V|); for L, the worst-case round-off of a
+/// D-term fp32 dot product, D · 2⁻²² relative to max(1, |L|) (the kernels sum Q·K in another order
+/// than the mirror, on tensor cores).
+struct MirrorErrors {
+    fa::ForwardCheck check;  ///< mirror vs float64 (O and L)
+    double floor_O;          ///< 2⁻²⁰ · max|V|
+    double floor_L;          ///< D · 2⁻²² · max(1, max|L|)
+    double floor_rel;        ///< 2⁻²⁰: floor of O's relative L2 error
+    double floor_rel_L;      ///< D · 2⁻²²: floor of L's relative L2 error
+};
+
+/// Runs the mirror with key tiles of B_c on the sampled rows of `p` (inputs already rounded to T).
+template <class T>
+MirrorErrors mirror_errors(const fa::AttnProblem& p, int Bc);
+
+/// Unit roundoff of T: 2⁻¹¹ (fp16), 2⁻⁸ (bf16), 2⁻²⁴ (float).
+template <class T>
+constexpr double unit_roundoff();
+template <> constexpr double unit_roundoff<float>() { return 1.0 / 16777216.0; }
+template <> constexpr double unit_roundoff<__half>() { return 1.0 / 2048.0; }
+template <> constexpr double unit_roundoff<__nv_bfloat16>() { return 1.0 / 256.0; }
+
+/// Verdict of the 2× rule: for O and L, the kernel's max abs error and relative L2 error against
+/// float64 are at most twice the mirror's plus the floor; NaN/Inf never pass.
+struct RuleVerdict {
+    bool ok;
+    std::string text;  ///< two lines, O and L, with the numbers compared
+};
+RuleVerdict low_precision_rule(const fa::ForwardCheck& kernel, const MirrorErrors& mirror);
+
+/// Element-wise tolerance for fa::check_forward (which applies one tolerance to O and L): the
+/// larger of the rule's two max-abs bounds. The rule itself (low_precision_rule) is the verdict.
+fa::Tolerance rule_tolerance(const MirrorErrors& mirror);
+
+}  // namespace ch7

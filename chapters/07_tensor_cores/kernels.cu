@@ -1,0 +1,155 @@
+// Chapter 7: FlashAttention-2 forward on tensor cores, fp16/bf16 in, fp32 accumulation and softmax.
+//
+// The variants (./chapter7 --kernel K; --ladder runs them all; each is kept and measured):
+//   1  wmma         step1_wmma.cuh      nvcuda::wmma 16×16×16 fragments; S stored to shared memory
+//                                       as fp32, P written back as 16-bit and reloaded, P·V stored
+//                                       again and added to O by the lane that owns the row
+//   2  mma-sync     flash_tc.cuh        mma.sync.m16n8k16 through inline PTX (ptx.cuh): S, P and O
+//                   warp_tile.cuh       stay in registers; P is rounded to 16 bits and reused as the
+//                   online_softmax.cuh  A operand of P·V; row max/sum with two quad shuffles.
+//                                       Fragments are read pair by pair from row-major tiles.
+//   3  ldmatrix     warp_tile.cuh       ldmatrix.x4 (.trans for V) from XOR-swizzled tiles: one
+//                   layout.h            instruction per 4 fragment registers, no bank conflicts
+//   4  cp-async     flash_tc.cuh        cp.async K/V pipeline, two buffers: tile j+1 loads while
+//                   tile_io.cuh         tile j computes
+//   5  exp2         online_softmax.cuh  2^(x·c − m·c) with c = scale·log2 e (FFMA + EX2); O rescaled
+//                                       only when a row max moved; l reduced over the quad once
+//   6  tuned        configs.h           tiles per head dim (--sweep times the candidates), causal
+//                                       query blocks launched heaviest first
+// Variants 2–6 are one kernel template, flash_tc_kernel<T, MmaConfig<Step, ...>>: `Step` switches
+// the features on cumulatively (mma_config.h), so each step's change sits in one `if constexpr`.
+//
+// Who owns what (variants 2–6): warp w owns 16·m_tiles query rows of the block's Q tile; lane
+// 4g + t holds rows g and g + 8 of each of its m-tiles and, in every 8-wide column tile of S and
+// O, columns 2t and 2t + 1 (layout.h has the picture). K_j and V_j are shared by the whole block.
+//
+// Run on a GPU:   ./chapter7 --kernel K [--dtype fp16|bf16] [--dim 64|128] [--causal] ...
+// Run on the CPU: ch7::forward_emulated (emulator.h) executes this same source lane by lane; the
+//                 [cpu] tests use it, so a kernel change is tested even without a GPU.
+//
+// This file: the launch (the kernel table is kernel_table.h, the tiles configs.h).
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../../common/check.h"
+#include "../../common/device.h"
+#include "flash2_tc.h"
+#include "kernel_table.h"
+
+namespace ch7 {
+
+namespace {
+
+/// Raises the kernel's dynamic shared-memory limit, once per kernel.
+void prepare(const KernelEntry& e) {
+    static std::mutex mutex;
+    static std::set<void (*)(FwdParams)> prepared;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (prepared.count(e.kernel)) return;
+    fa::allow_dynamic_smem(e.kernel, std::size_t(e.smem_bytes), "chapter 7 kernel");
+    prepared.insert(e.kernel);
+}
+
+}  // namespace
+
+std::string variant_name(int variant) {
+    static const char* names[] = {"1-wmma", "2-mma-sync", "3-ldmatrix-swizzle", "4-cp-async",
+                                  "5-exp2", "6-tuned"};
+    if (variant < kFirstVariant || variant > kLastVariant) return "unknown";
+    return names[variant - 1];
+}
+
+std::string TileConfig::str() const {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "B_r x B_c = %d x %d, %d warps x %d m-tile%s, %d stage%s, Q in %s",
+                  Br(), Bc, warps, m_tiles, m_tiles > 1 ? "s" : "", stages, stages > 1 ? "s" : "",
+                  q_in_regs ? "registers" : "smem");
+    return buf;
+}
+
+std::vector<TileConfig> tuning_candidates(int D) {
+    std::vector<TileConfig> out;
+    if (D != 64 && D != 128) return out;
+    for (const KernelEntry& e : kernel_candidates<__half>(D)) out.push_back(e.tiles);
+    return out;
+}
+
+int tuned_candidate(int D) { return D == 64 ? kTunedCandidate64 : kTunedCandidate128; }
+
+TileConfig tiles(int variant, int D, int candidate) { return kernel_entry<__half>(variant, D, candidate).tiles; }
+
+std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidate) {
+    char buf[192];
+    if (variant < kFirstVariant || variant > kLastVariant) {
+        std::snprintf(buf, sizeof buf, "kernel %d does not exist (chapter 7 has kernels %d..%d)", variant,
+                      kFirstVariant, kLastVariant);
+        return buf;
+    }
+    if (s.D != 64 && s.D != 128) {
+        std::snprintf(buf, sizeof buf,
+                      "head dim %d is not supported: the tensor-core kernels of chapter 7 are "
+                      "compiled for D = 64 and D = 128",
+                      s.D);
+        return buf;
+    }
+    const int n = int(tuning_candidates(s.D).size());
+    if (candidate >= 0 && (variant != kTuned || candidate >= n)) {
+        std::snprintf(buf, sizeof buf, "tile candidate %d: only kernel 6 has candidates, 0..%d for D = %d",
+                      candidate, n - 1, s.D);
+        return buf;
+    }
+    if (s.N < 1 || s.B < 1 || s.H < 1 || s.B > 65535 || s.H > 65535) {
+        std::snprintf(buf, sizeof buf, "shape %s is outside the grid chapter 7 launches "
+                      "(N >= 1, 1 <= B, H <= 65535)", s.str().c_str());
+        return buf;
+    }
+    return "";
+}
+
+std::string device_unsupported_reason(const fa::DeviceInfo& d) {
+    if (d.cc_major >= 8) return "";
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "%s has compute capability %d.%d; chapter 7's kernels need 8.0 or newer "
+                  "(mma.sync with bf16, ldmatrix, cp.async)",
+                  d.name.c_str(), d.cc_major, d.cc_minor);
+    return buf;
+}
+
+template <class T>
+KernelResources kernel_resources(int variant, int D, int candidate) {
+    const KernelEntry e = kernel_entry<T>(variant, D, candidate);
+    prepare(e);
+    cudaFuncAttributes a{};
+    CUDA_CHECK(cudaFuncGetAttributes(&a, e.kernel));
+    int blocks = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, e.kernel, e.threads, e.smem_bytes));
+    return {a.numRegs, a.localSizeBytes, e.threads, e.smem_bytes, blocks};
+}
+
+template <class T>
+void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O, float* L,
+             int candidate) {
+    const std::string why = unsupported_reason(variant, s, candidate);
+    if (!why.empty()) {
+        std::fprintf(stderr, "ch7::forward: %s\n", why.c_str());
+        std::exit(2);
+    }
+    const KernelEntry e = kernel_entry<T>(variant, s.D, candidate);
+    prepare(e);
+    e.kernel<<<grid_of(s, e), e.threads, e.smem_bytes>>>(make_params(s, Q, K, V, O, L));
+    CUDA_CHECK_LAUNCH();
+}
+
+template KernelResources kernel_resources<__half>(int, int, int);
+template KernelResources kernel_resources<__nv_bfloat16>(int, int, int);
+template void forward<__half>(int, const fa::AttnShape&, const __half*, const __half*, const __half*,
+                              __half*, float*, int);
+template void forward<__nv_bfloat16>(int, const fa::AttnShape&, const __nv_bfloat16*,
+                                     const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
+                                     float*, int);
+
+}  // namespace ch7

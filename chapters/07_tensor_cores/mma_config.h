@@ -1,0 +1,48 @@
+/// @file mma_config.h
+/// @brief Chapter 7: the compile-time description of one mma.sync kernel (variants 2–6): which
+/// optimization steps it has and its tile shape. Plain C++ so the tests can check the shapes.
+#pragma once
+
+namespace ch7 {
+
+/// One mma.sync kernel. `Step` (2..6) switches on the features of the ladder cumulatively:
+///   2  mma.sync m16n8k16, S and P in registers, quad-shuffle row max/sum
+///   3  ldmatrix (.trans for V) from XOR-swizzled shared memory
+///   4  cp.async K/V pipeline of `Stages` buffers
+///   5  exp2 with the softmax scale folded into log2(e); O rescaled only when a row max moved;
+///      the row sums l reduced across the quad once, at the end
+///   6  causal blocks scheduled heaviest first; tiles chosen per head dim (tuning_candidates)
+/// The tile: `Warps` warps, each owning `MTiles` m-tiles of 16 query rows (B_r = 16·MTiles·Warps),
+/// `Bc` keys per K/V tile, Q fragments kept in registers for the whole loop when `QInRegs`.
+template <int Step, int D_, int Warps, int MTiles, int Bc_, int Stages, bool QInRegs>
+struct MmaConfig {
+    static constexpr int kStep = Step;
+    static constexpr int D = D_;
+    static constexpr int kWarps = Warps;
+    static constexpr int kMTiles = MTiles;
+    static constexpr int Bc = Bc_;
+    static constexpr int kStages = Stages;
+    static constexpr bool kQInRegs = QInRegs;
+
+    static constexpr int kThreads = 32 * Warps;
+    static constexpr int kWarpRows = 16 * MTiles;  ///< query rows one warp owns
+    static constexpr int Br = Warps * kWarpRows;   ///< query rows of the block
+
+    static constexpr bool kLdmatrix = Step >= 3;    ///< ldmatrix + swizzled shared memory
+    static constexpr bool kCpAsync = Step >= 4;     ///< cp.async multi-stage K/V pipeline
+    static constexpr bool kExp2 = Step >= 5;        ///< folded exp2, lazy rescale, l reduced once
+    static constexpr bool kHeavyFirst = Step >= 6;  ///< causal: the longest query blocks start first
+
+    /// 16-bit elements of shared memory: the Q tile and `Stages` (K_j, V_j) pairs.
+    static constexpr int kSmemElems = Br * D + Stages * 2 * Bc * D;
+    static constexpr int kSmemBytes = 2 * kSmemElems;
+
+    static_assert(Step >= 2 && Step <= 6, "MmaConfig: steps 2..6 use mma.sync");
+    static_assert(D == 64 || D == 128, "MmaConfig: head dim 64 or 128");
+    static_assert(Bc % 16 == 0, "MmaConfig: B_c is a multiple of 16 (one P·V k-step)");
+    static_assert(kCpAsync ? Stages >= 2 : Stages == 1,
+                  "MmaConfig: the cp.async pipeline needs >= 2 stages; synchronous loads use 1");
+    static_assert(!QInRegs || kLdmatrix, "MmaConfig: Q fragments in registers come with ldmatrix");
+};
+
+}  // namespace ch7

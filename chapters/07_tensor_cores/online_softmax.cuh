@@ -1,0 +1,162 @@
+/// @file online_softmax.cuh
+/// @brief Chapter 7: the online softmax on mma accumulators (Alg. 1 lines 9–10 and 12–15), steps
+/// 2–4 (natural exp of scaled scores) and step 5 onward (exp2 with the scale folded in).
+///
+/// A lane holds, for each m-tile mt, two rows: h = 0 is row g (accumulator elements 0, 1) and
+/// h = 1 is row g + 8 (elements 2, 3). It holds a quarter of each such row; the other three
+/// quarters sit in the other lanes of its quad, so a row max or sum is the lane's own partial
+/// result combined over the quad with two xor-shuffles (fa::group_max<4>, fa::group_sum<4>).
+#pragma once
+
+#include <cstdint>
+
+#include "../../common/warp.cuh"
+#include "layout.h"
+#include "ptx.cuh"
+
+namespace ch7 {
+inline namespace FA_CH7_KERNELS {
+
+#if FA_CH7_SM80
+
+/// m_i and l_i of the rows a lane holds ([mt][h], see above). Steps 2–4 keep m scaled (in units
+/// of S·scale) and l summed over the quad; step 5 keeps m unscaled (raw Q·Kᵀ) and l as this lane's
+/// partial sum, reduced over the quad once at the end.
+template <class Cfg>
+struct RowStats {
+    float m[Cfg::kMTiles][2];
+    float l[Cfg::kMTiles][2];
+};
+
+/// Alg. 1 line 5: m = −inf, l = 0.
+template <class Cfg>
+__device__ __forceinline__ void init_rows(RowStats<Cfg>& st) {
+    FA_UNROLL
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt)
+        FA_UNROLL
+        for (int h = 0; h < 2; ++h) st.m[mt][h] = -INFINITY, st.l[mt][h] = 0.0f;
+}
+
+/// Max of the lane's entries of row (mt, h) over the quad: the row max of S over the tile.
+template <class Cfg>
+__device__ __forceinline__ float tile_row_max(const float (&S)[Cfg::kMTiles][Cfg::Bc / 8][4], int mt, int h) {
+    float mx = -INFINITY;
+    FA_UNROLL
+    for (int n = 0; n < Cfg::Bc / 8; ++n) mx = fmaxf(mx, fmaxf(S[mt][n][2 * h], S[mt][n][2 * h + 1]));
+    return fa::group_max<4>(mx);
+}
+
+/// O rows (mt, h) times alpha.
+template <class Cfg>
+__device__ __forceinline__ void rescale_row(float (&O)[Cfg::kMTiles][Cfg::D / 8][4], int mt, int h, float alpha) {
+    FA_UNROLL
+    for (int d = 0; d < Cfg::D / 8; ++d) O[mt][d][2 * h] *= alpha, O[mt][d][2 * h + 1] *= alpha;
+}
+
+/// Alg. 1 lines 9–10 (first half): new row max m, P̃ = exp(S·scale − m) in place of S, l and O
+/// rescaled by e^{m_old − m}. Every row already has a finite m after the first tile, because tile 0
+/// comes first and holds key 0, which every query row sees: so m_old − m is never −inf − (−inf).
+///
+/// Steps 2–4: expf(x·scale − m) with m scaled; the quad-sum of l and the O rescale every tile.
+/// Step 5: P̃ = 2^(x·c − m·c) with c = scale·log2(e): one FFMA and one MUFU.EX2 per score; O and l
+/// are rescaled only when some row max of the warp moved (alpha = 1 exactly otherwise, so skipping
+/// changes no bit); l stays a per-lane partial sum.
+template <class Cfg>
+__device__ __forceinline__ void online_softmax(float (&S)[Cfg::kMTiles][Cfg::Bc / 8][4],
+                                               RowStats<Cfg>& st,
+                                               float (&O)[Cfg::kMTiles][Cfg::D / 8][4],
+                                               float scale, float scale_log2) {
+    constexpr int MT = Cfg::kMTiles, NT = Cfg::Bc / 8;
+    if constexpr (!Cfg::kExp2) {
+        FA_UNROLL
+        for (int mt = 0; mt < MT; ++mt)
+            FA_UNROLL
+            for (int h = 0; h < 2; ++h) {
+                const float m_new = fmaxf(st.m[mt][h], tile_row_max<Cfg>(S, mt, h) * scale);
+                const float alpha = expf(st.m[mt][h] - m_new);
+                float sum = 0.0f;
+                FA_UNROLL
+                for (int n = 0; n < NT; ++n)
+                    FA_UNROLL
+                    for (int e = 0; e < 2; ++e) {
+                        float& x = S[mt][n][2 * h + e];
+                        x = expf(x * scale - m_new);
+                        sum += x;
+                    }
+                st.l[mt][h] = alpha * st.l[mt][h] + fa::group_sum<4>(sum);
+                st.m[mt][h] = m_new;
+                rescale_row<Cfg>(O, mt, h, alpha);
+            }
+    } else {
+        float alpha[MT][2], tile_sum[MT][2];
+        bool moved = false;
+        FA_UNROLL
+        for (int mt = 0; mt < MT; ++mt)
+            FA_UNROLL
+            for (int h = 0; h < 2; ++h) {
+                const float m_new = fmaxf(st.m[mt][h], tile_row_max<Cfg>(S, mt, h));
+                moved |= m_new != st.m[mt][h];
+                alpha[mt][h] = fast_exp2((st.m[mt][h] - m_new) * scale_log2);
+                st.m[mt][h] = m_new;
+                const float mc = m_new * scale_log2;
+                float sum = 0.0f;
+                FA_UNROLL
+                for (int n = 0; n < NT; ++n)
+                    FA_UNROLL
+                    for (int e = 0; e < 2; ++e) {
+                        float& x = S[mt][n][2 * h + e];
+                        x = fast_exp2(fmaf(x, scale_log2, -mc));
+                        sum += x;
+                    }
+                tile_sum[mt][h] = sum;
+            }
+        if (__any_sync(0xffffffffu, moved)) {
+            FA_UNROLL
+            for (int mt = 0; mt < MT; ++mt)
+                FA_UNROLL
+                for (int h = 0; h < 2; ++h) {
+                    st.l[mt][h] *= alpha[mt][h];
+                    rescale_row<Cfg>(O, mt, h, alpha[mt][h]);
+                }
+        }
+        FA_UNROLL
+        for (int mt = 0; mt < MT; ++mt)
+            FA_UNROLL
+            for (int h = 0; h < 2; ++h) st.l[mt][h] += tile_sum[mt][h];
+    }
+}
+
+/// Alg. 1 lines 12–15: O_i = O / l and L_i = m·scale + log l (natural log, like the reference),
+/// written for the warp's rows below N. q_row0 is the warp's first row in the sequence; Oh and Lh
+/// point at the head's rows.
+template <class T, class Cfg>
+__device__ __forceinline__ void store_rows(const float (&O)[Cfg::kMTiles][Cfg::D / 8][4],
+                                           const RowStats<Cfg>& st, uint16_t* Oh, float* Lh,
+                                           int q_row0, int N, float scale, int lane) {
+    constexpr int MT = Cfg::kMTiles;
+    float l[MT][2];
+    FA_UNROLL
+    for (int mt = 0; mt < MT; ++mt)
+        FA_UNROLL
+        for (int h = 0; h < 2; ++h) l[mt][h] = Cfg::kExp2 ? fa::group_sum<4>(st.l[mt][h]) : st.l[mt][h];
+    FA_UNROLL
+    for (int mt = 0; mt < MT; ++mt)
+        FA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+            const int row = q_row0 + 16 * mt + frag_c_row(lane, 2 * h);
+            if (row >= N) continue;
+            const float inv_l = 1.0f / l[mt][h];
+            FA_UNROLL
+            for (int d = 0; d < Cfg::D / 8; ++d) {
+                uint16_t* dst = Oh + row * Cfg::D + 8 * d + frag_c_col(lane, 2 * h);
+                *reinterpret_cast<uint32_t*>(dst) = pack2<T>(O[mt][d][2 * h] * inv_l, O[mt][d][2 * h + 1] * inv_l);
+            }
+            if (lane_in_group(lane) == 0)
+                Lh[row] = (Cfg::kExp2 ? st.m[mt][h] * scale : st.m[mt][h]) + logf(l[mt][h]);
+        }
+}
+
+#endif  // FA_CH7_SM80
+
+}  // namespace FA_CH7_KERNELS
+}  // namespace ch7

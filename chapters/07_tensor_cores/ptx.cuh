@@ -1,0 +1,126 @@
+/// @file ptx.cuh
+/// @brief Chapter 7: the few PTX instructions the tensor-core kernels use, each in one small
+/// function (mma.sync, ldmatrix, cp.async, ex2) plus the 16-bit packing of two floats.
+///
+/// Everything here needs compute capability 8.0 (bf16 mma, cp.async); the callers compile their
+/// bodies only for `__CUDA_ARCH__ >= 800` (see FA_CH7_SM80).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+/// True while nvcc compiles device code for an architecture with bf16 mma.sync and cp.async, or
+/// while the CPU emulator (emulator.h) compiles the kernels for the host.
+#if defined(FA_CH7_EMULATE) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
+#define FA_CH7_SM80 1
+#else
+#define FA_CH7_SM80 0
+#endif
+
+/// The kernels live in ch7::gpu (nvcc) or ch7::emulated (the CPU emulator), both inline: code
+/// says ch7::flash_tc_kernel either way, and the two builds never share a symbol.
+#if defined(FA_CH7_EMULATE)
+#define FA_CH7_KERNELS emulated
+#include "emulated_ptx.h"
+#else
+#define FA_CH7_KERNELS gpu
+#endif
+
+/// `#pragma unroll` for the next loop (fully unrolled: register arrays need constant indices). A
+/// macro because a host compiler building the emulator warns about the CUDA pragma.
+#if defined(FA_CH7_EMULATE)
+#define FA_UNROLL
+#else
+#define FA_UNROLL _Pragma("unroll")
+#endif
+
+namespace ch7 {
+inline namespace FA_CH7_KERNELS {
+
+#if FA_CH7_SM80 && !defined(FA_CH7_EMULATE)
+
+/// d += a · b for one m16n8k16 tile: A 16×16 and B 16×8 in T (half or bfloat16), D fp32.
+/// Fragment layouts: layout.h.
+template <class T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+    if constexpr (std::is_same_v<T, __half>) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    } else {
+        static_assert(std::is_same_v<T, __nv_bfloat16>, "mma_m16n8k16: T is half or bfloat16");
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+}
+
+/// 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// ldmatrix.x4: lane l passes the address of row l % 8 of matrix l / 8 (16 bytes); r[m] receives
+/// row lane/4, columns 2(lane%4), 2(lane%4)+1 of matrix m.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(row_address)));
+}
+
+/// ldmatrix.x4.trans: as ldmatrix_x4, but r[m] receives rows 2(lane%4), 2(lane%4)+1 of column
+/// lane/4 of matrix m (the transpose).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(row_address)));
+}
+
+/// cp.async of 16 bytes global → shared, bypassing L1 (.cg). Completes asynchronously: it belongs
+/// to the next cp_async_commit() group and is visible after cp_async_wait + __syncthreads().
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+
+/// Closes the group of cp.async issued by this thread since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+/// Waits until at most `Pending` of this thread's committed groups are still in flight.
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+/// 2^x with the hardware approximation (MUFU.EX2, relative error about 2^-22; 2^-inf = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+#endif  // FA_CH7_SM80 && !FA_CH7_EMULATE
+
+/// Two floats rounded to T (nearest even) and packed into 32 bits, `lo` in the low half: the
+/// order an mma fragment register wants (lower column or k index first).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    uint32_t bits;
+    if constexpr (std::is_same_v<T, __half>) {
+        const __half2 h = __floats2half2_rn(lo, hi);
+        std::memcpy(&bits, &h, sizeof bits);
+    } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        std::memcpy(&bits, &h, sizeof bits);
+    }
+    return bits;
+}
+
+}  // namespace FA_CH7_KERNELS
+}  // namespace ch7

@@ -1,0 +1,559 @@
+// Tests of chapter 7: FlashAttention-2 forward on tensor cores (fp16/bf16).
+//
+// [cpu]: the fragment layouts and the swizzle (every index the kernels use, checked against an
+// emulation of ldmatrix written from the PTX description), the bank-conflict counts the README
+// claims, the CPU mirror against the float64 reference, the 2× rule itself, argument checks.
+// [gpu]: the building blocks alone (one mma, fragment loads, S and P·V tiles), then every kernel
+// variant on the course's shape grid in fp16 and bf16 against the 2× rule, every tile candidate
+// of variant 6, writes past the end of O and L, and large inputs.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../chapters/07_tensor_cores/building_blocks.h"
+#include "../chapters/07_tensor_cores/flash2_tc.h"
+#include "../chapters/07_tensor_cores/layout.h"
+#include "../common/attention.h"
+#include "../common/attention_gpu.h"
+#include "../common/device.h"
+#include "../common/dtype.h"
+#include "../common/random.h"
+#include "../common/reference.h"
+#include "support.h"
+
+using namespace ch7;
+
+namespace {
+
+// ---- an emulation of ldmatrix, written from the PTX ISA description --------------------------
+// Four 8×8 matrices of 16-bit elements; lane l supplies the address of row l % 8 of matrix l / 8
+// (8 contiguous elements). Without .trans, register m of lane l receives elements
+// (l / 4, 2(l % 4)) and (l / 4, 2(l % 4) + 1) of matrix m, the first in the low 16 bits; with
+// .trans, elements (2(l % 4), l / 4) and (2(l % 4) + 1, l / 4).
+struct Regs {
+    std::uint32_t r[32][4];
+};
+
+Regs emulate_ldmatrix_x4(const std::vector<std::uint16_t>& smem, const int (&row_address)[32], bool trans) {
+    Regs out{};
+    for (int lane = 0; lane < 32; ++lane)
+        for (int m = 0; m < 4; ++m) {
+            auto element = [&](int row, int col) { return std::uint32_t(smem[row_address[8 * m + row] + col]); };
+            const int g = lane / 4, t = lane % 4;
+            const std::uint32_t lo = trans ? element(2 * t, g) : element(g, 2 * t);
+            const std::uint32_t hi = trans ? element(2 * t + 1, g) : element(g, 2 * t + 1);
+            out.r[lane][m] = lo | (hi << 16);
+        }
+    return out;
+}
+
+// A tile of `rows` × D whose element (r, c) holds the tag 1 + r·D + c, stored swizzled.
+std::vector<std::uint16_t> tagged_swizzled_tile(int rows, int D) {
+    std::vector<std::uint16_t> t(std::size_t(rows) * D);
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < D; ++c) t[swizzle(r, c, D)] = std::uint16_t(1 + r * D + c);
+    return t;
+}
+std::uint16_t tag(int r, int c, int D) { return std::uint16_t(1 + r * D + c); }
+std::uint16_t half_of(std::uint32_t reg, int e) { return std::uint16_t(e ? reg >> 16 : reg & 0xFFFF); }
+
+// ---- bank conflicts ----------------------------------------------------------------------------
+// Shared memory has 32 banks of 4 bytes. A request is served in as many wavefronts as the most
+// distinct 4-byte words any one bank is asked for (the same word twice is a broadcast).
+int ways(const std::vector<long>& byte_addresses, int bytes_each) {
+    std::map<int, std::set<long>> words_per_bank;
+    for (long a : byte_addresses)
+        for (long w = a / 4; w < (a + bytes_each + 3) / 4; ++w) words_per_bank[int(w % 32)].insert(w);
+    std::size_t worst = 0;
+    for (const auto& b : words_per_bank) worst = std::max(worst, b.second.size());
+    return int(worst);
+}
+
+// ---- GPU helpers -------------------------------------------------------------------------------
+// The inputs of a 16-bit kernel: rounded to T, so that the float64 reference sees what it reads.
+template <class T>
+fa::AttnProblem rounded_problem(const fa::AttnShape& s, std::uint64_t seed, double magnitude = 1.0) {
+    fa::AttnProblem p = fa::make_problem(s, seed, magnitude);
+    fa::round_to<T>(p.Q);
+    fa::round_to<T>(p.K);
+    fa::round_to<T>(p.V);
+    return p;
+}
+
+bool have_sm80() {
+    return fa::cuda_device_count() > 0 && device_unsupported_reason(fa::device_info()).empty();
+}
+
+// Runs one variant on device inputs and returns the check of O and L (poisoned first).
+template <class T>
+fa::ForwardCheck run_and_check(int variant, int candidate, const fa::AttnProblem& p, fa::DeviceAttention<T>& d) {
+    d.poison_outputs();
+    forward<T>(variant, p.shape, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get(), candidate);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> O = d.O_host(), L = d.L_host();
+    return fa::check_forward(p, O.data(), L.data());
+}
+
+// Checks every variant (or every candidate of variant 6) of one dtype on `shapes` with the 2× rule.
+template <class T>
+void check_rule_on(const std::vector<fa::AttnShape>& shapes, const std::vector<std::pair<int, int>>& kernels) {
+    for (const fa::AttnShape& s : shapes) {
+        const fa::AttnProblem p = rounded_problem<T>(s, 7 + std::uint64_t(s.N));
+        fa::DeviceAttention<T> d(p);
+        std::map<int, MirrorErrors> mirrors;
+        for (auto [variant, candidate] : kernels) {
+            const int Bc = tiles(variant, s.D, candidate).Bc;
+            if (!mirrors.count(Bc)) mirrors[Bc] = mirror_errors<T>(p, Bc);
+            const RuleVerdict v = low_precision_rule(run_and_check<T>(variant, candidate, p, d), mirrors[Bc]);
+            INFO(fa::dtype_name<T>() << " " << s.str() << " kernel " << variant_name(variant) << " candidate "
+                                     << candidate << "\n"
+                                     << v.text);
+            CHECK(v.ok);
+        }
+    }
+}
+
+// The emulator (the kernels' source run lane by lane on the CPU) on `shapes`, with the 2× rule.
+template <class T>
+void check_emulated_on(const std::vector<fa::AttnShape>& shapes, const std::vector<std::pair<int, int>>& kernels) {
+    for (const fa::AttnShape& s : shapes) {
+        const fa::AttnProblem p = rounded_problem<T>(s, 5 + std::uint64_t(s.N));
+        const std::vector<T> Q = fa::convert_from_float<T>(p.Q), K = fa::convert_from_float<T>(p.K),
+                             V = fa::convert_from_float<T>(p.V);
+        std::map<int, MirrorErrors> mirrors;
+        for (auto [variant, candidate] : kernels) {
+            const int Bc = tiles(variant, s.D, candidate).Bc;
+            if (!mirrors.count(Bc)) mirrors[Bc] = mirror_errors<T>(p, Bc);
+            std::vector<T> O(s.elements(), fa::from_float<T>(NAN));  // poisoned
+            std::vector<float> L(s.rows(), NAN);
+            forward_emulated<T>(variant, s, Q.data(), K.data(), V.data(), O.data(), L.data(), candidate);
+            const std::vector<float> Of = fa::convert_to_float(O);
+            const RuleVerdict v = low_precision_rule(fa::check_forward(p, Of.data(), L.data()), mirrors[Bc]);
+            INFO("emulated " << fa::dtype_name<T>() << " " << s.str() << " kernel " << variant_name(variant)
+                             << " candidate " << candidate << "\n"
+                             << v.text);
+            CHECK(v.ok);
+        }
+    }
+}
+
+std::vector<std::pair<int, int>> all_variants() {
+    std::vector<std::pair<int, int>> k;
+    for (int v = kFirstVariant; v <= kLastVariant; ++v) k.push_back({v, -1});
+    return k;
+}
+
+}  // namespace
+
+// ================================ [cpu] ==========================================================
+
+TEST_CASE("layout: the A and B and C fragments of mma.m16n8k16 cover their tiles exactly once", "[cpu][chapter7]") {
+    int a[16][16] = {}, b[16][8] = {}, c[16][8] = {};
+    for (int lane = 0; lane < 32; ++lane) {
+        for (int r = 0; r < 4; ++r)
+            for (int e = 0; e < 2; ++e) ++a[frag_a_row(lane, r)][frag_a_col(lane, r, e)];
+        for (int r = 0; r < 2; ++r)
+            for (int e = 0; e < 2; ++e) ++b[frag_b_row(lane, r, e)][frag_b_col(lane)];
+        for (int i = 0; i < 4; ++i) ++c[frag_c_row(lane, i)][frag_c_col(lane, i)];
+    }
+    for (int i = 0; i < 16; ++i) {
+        for (int j = 0; j < 16; ++j) CHECK(a[i][j] == 1);
+        for (int j = 0; j < 8; ++j) CHECK(b[i][j] == 1);
+        for (int j = 0; j < 8; ++j) CHECK(c[i][j] == 1);
+    }
+}
+
+TEST_CASE("layout: the S accumulators of n-tiles 2kk and 2kk+1 are exactly the A fragment of P·V", "[cpu][chapter7]") {
+    // P stays in registers only if every lane already holds the P elements its A fragment needs.
+    for (int lane = 0; lane < 32; ++lane)
+        for (int r = 0; r < 4; ++r)
+            for (int e = 0; e < 2; ++e) {
+                const int i = p_elem_of_a_reg(r, e);
+                INFO("lane " << lane << " register " << r << " element " << e);
+                CHECK(frag_c_row(lane, i) == frag_a_row(lane, r));
+                CHECK(8 * p_ntile_of_a_reg(r) + frag_c_col(lane, i) == frag_a_col(lane, r, e));
+            }
+}
+
+TEST_CASE("swizzle: a bijection of each tile and the k-step identity the kernels use", "[cpu][chapter7]") {
+    for (int D : {64, 128}) {
+        const int rows = 128;
+        std::vector<int> hits(std::size_t(rows) * D, 0);
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < D; ++c) {
+                const int o = swizzle(r, c, D);
+                REQUIRE(o >= 0);
+                REQUIRE(o < rows * D);
+                ++hits[o];
+                CHECK(o / D == r);              // a row stays in its row
+                CHECK(o % 8 == c % 8);          // 16-byte chunks stay whole
+            }
+        CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+        for (int R0 = 0; R0 < rows; R0 += 8)
+            for (int lr = 0; lr < 16; ++lr)
+                for (int lc : {0, 8})
+                    for (int kk = 0; kk < D / 16; ++kk) {
+                        INFO("D " << D << " R0 " << R0 << " lr " << lr << " lc " << lc << " kk " << kk);
+                        CHECK(swizzle(R0 + lr, 16 * kk + lc, D) == R0 * D + swizzled_k_step(swizzle(lr, lc, D), kk));
+                    }
+    }
+}
+
+TEST_CASE("ldmatrix emulated from the PTX description at the kernels' addresses gives every lane its fragment",
+          "[cpu][chapter7]") {
+    for (int D : {64, 128}) {
+        const std::vector<std::uint16_t> tile = tagged_swizzled_tile(32, D);
+        for (int kk = 0; kk < D / 16; ++kk) {
+            int addr[32];
+            // Q: A fragment of rows 16..31, columns 16kk..
+            for (int l = 0; l < 32; ++l) addr[l] = ldsm_a_offset(l, 16, kk, D);
+            const Regs q = emulate_ldmatrix_x4(tile, addr, false);
+            // K: B fragments of keys 16..31 (nn = 1), d = 16kk..
+            for (int l = 0; l < 32; ++l) addr[l] = ldsm_k_offset(l, 1, kk, D);
+            const Regs k = emulate_ldmatrix_x4(tile, addr, false);
+            // V: B fragments of keys 16..31 (kk_keys = 1), d-tiles 2kk, 2kk+1
+            for (int l = 0; l < 32; ++l) addr[l] = ldsm_v_offset(l, 1, kk, D);
+            const Regs v = emulate_ldmatrix_x4(tile, addr, true);
+            for (int lane = 0; lane < 32; ++lane)
+                for (int e = 0; e < 2; ++e) {
+                    INFO("D " << D << " kk " << kk << " lane " << lane << " element " << e);
+                    for (int r = 0; r < 4; ++r)
+                        CHECK(half_of(q.r[lane][r], e) == tag(16 + frag_a_row(lane, r), 16 * kk + frag_a_col(lane, r, e), D));
+                    for (int h = 0; h < 2; ++h)
+                        for (int r = 0; r < 2; ++r) {
+                            CHECK(half_of(k.r[lane][2 * h + r], e) ==
+                                  tag(16 + 8 * h + frag_b_col(lane), 16 * kk + frag_b_row(lane, r, e), D));
+                            CHECK(half_of(v.r[lane][2 * h + r], e) ==
+                                  tag(16 + frag_b_row(lane, r, e), 16 * kk + 8 * h + frag_b_col(lane), D));
+                        }
+                }
+        }
+    }
+}
+
+TEST_CASE("bank conflicts: the counts the README gives", "[cpu][chapter7]") {
+    for (int D : {64, 128}) {
+        // ldmatrix: each 8×8 matrix is one request of 8 rows × 16 bytes
+        int worst_swizzled = 0, worst_plain = 0;
+        for (int lane0 = 0; lane0 < 32; lane0 += 8)
+            for (int kk = 0; kk < D / 16; ++kk) {
+                std::vector<long> swz, plain;
+                for (int l = lane0; l < lane0 + 8; ++l) {
+                    swz.push_back(2L * ldsm_k_offset(l, 0, kk, D));
+                    plain.push_back(2L * row_major(ldsm_k_row(l), 16 * kk + ldsm_k_col(l), D));
+                }
+                worst_swizzled = std::max(worst_swizzled, ways(swz, 16));
+                worst_plain = std::max(worst_plain, ways(plain, 16));
+            }
+        CHECK(worst_swizzled == 1);
+        CHECK(worst_plain == 8);
+        // step 2: one 32-bit load per lane for an A (or K) register, row-major tile
+        std::vector<long> a_loads, v_loads;
+        for (int l = 0; l < 32; ++l) {
+            a_loads.push_back(2L * row_major(frag_a_row(l, 0), frag_a_col(l, 0, 0), D));
+            v_loads.push_back(2L * row_major(frag_b_row(l, 0, 0), frag_b_col(l), D));  // one 16-bit half of V's pair
+        }
+        CHECK(ways(a_loads, 4) == 8);
+        CHECK(ways(v_loads, 2) == 4);
+        // load_tile: 16-byte stores of a quarter warp (8 lanes, consecutive chunks of one row)
+        for (int row = 0; row < 8; ++row)
+            for (int c0 = 0; c0 < D / 8; c0 += 8) {
+                std::vector<long> stores;
+                for (int c = c0; c < c0 + 8; ++c) stores.push_back(2L * swizzle(row, 8 * c, D));
+                CHECK(ways(stores, 16) == 1);
+            }
+    }
+}
+
+TEST_CASE("tile candidates: legal shapes and the defaults are among them", "[cpu][chapter7]") {
+    for (int D : {64, 128}) {
+        const std::vector<TileConfig> c = tuning_candidates(D);
+        REQUIRE(!c.empty());
+        for (const TileConfig& t : c) {
+            INFO(t.str());
+            CHECK(t.Br() % 16 == 0);
+            CHECK(t.Bc % 16 == 0);
+            CHECK(t.stages >= 2);
+            CHECK(2 * (t.Br() * D + t.stages * 2 * t.Bc * D) <= 227 * 1024);  // H100 opt-in limit
+        }
+        const TileConfig def = tiles(kTuned, D), chosen = c.at(std::size_t(tuned_candidate(D)));
+        CHECK(def.str() == chosen.str());
+        for (int v = kFirstVariant; v < kTuned; ++v) CHECK(tiles(v, D).Bc == 64);
+    }
+    CHECK(tuning_candidates(96).empty());
+}
+
+TEST_CASE("unsupported shapes and kernels and devices get one clear reason", "[cpu][chapter7]") {
+    const fa::AttnShape ok = fa::make_shape(1, 2, 100, 64, true);
+    CHECK(unsupported_reason(kTuned, ok).empty());
+    CHECK(unsupported_reason(kWmma, fa::make_shape(1, 1, 1, 128, false)).empty());
+    CHECK_THAT(unsupported_reason(kTuned, fa::make_shape(1, 1, 64, 96, false)), Catch::Contains("head dim 96"));
+    CHECK_THAT(unsupported_reason(kTuned, fa::make_shape(1, 1, 64, 32, false)), Catch::Contains("D = 64 and D = 128"));
+    CHECK_THAT(unsupported_reason(7, ok), Catch::Contains("does not exist"));
+    CHECK_THAT(unsupported_reason(0, ok), Catch::Contains("does not exist"));
+    CHECK_THAT(unsupported_reason(kTuned, ok, 99), Catch::Contains("candidates"));
+    CHECK_THAT(unsupported_reason(kLdmatrix, ok, 0), Catch::Contains("only kernel 6"));
+    CHECK(unsupported_reason(kTuned, ok, 0).empty());
+    fa::DeviceInfo turing;
+    turing.name = "T4", turing.cc_major = 7, turing.cc_minor = 5;
+    CHECK_THAT(device_unsupported_reason(turing), Catch::Contains("8.0"));
+    fa::DeviceInfo hopper;
+    hopper.name = "H100", hopper.cc_major = 9, hopper.cc_minor = 0;
+    CHECK(device_unsupported_reason(hopper).empty());
+}
+
+TEST_CASE("CPU mirror without rounding equals the float64 reference (tiles and masks and online softmax)",
+          "[cpu][chapter7]") {
+    for (bool causal : {false, true})
+        for (int D : {64, 128})
+            for (int N : {1, 17, 113, 200})
+                for (int Bc : {16, 32, 64, 128}) {
+                    const fa::AttnShape s = fa::make_shape(1, 2, N, D, causal);
+                    const fa::AttnProblem p = fa::make_problem(s, 3);
+                    std::vector<float> O(s.elements()), L(s.rows());
+                    for (std::size_t bh = 0; bh < s.heads_total(); ++bh)
+                        for (int i0 = 0; i0 < N; i0 += 64) {  // blocks of B_r = 64 rows, the last one short
+                            const std::size_t r = bh * N + i0;
+                            mirror_rows<float>(s, p.Q.data(), p.K.data(), p.V.data(), bh, i0, std::min(N, i0 + 64),
+                                               Bc, &O[r * D], &L[r]);
+                        }
+                    INFO(s.str() << " B_c " << Bc);
+                    const fa::ForwardCheck c = fa::check_forward(p, O.data(), L.data());
+                    CHECK_ACCURATE(c.O, 1e-5);
+                    CHECK_ACCURATE(c.L, 1e-5);
+                }
+}
+
+TEST_CASE("CPU mirror in 16 bits: the error of the 16-bit roundings and not of a bug", "[cpu][chapter7]") {
+    for (bool causal : {false, true}) {
+        const fa::AttnShape s = fa::make_shape(1, 2, 300, 64, causal);
+        const fa::AttnProblem p32 = fa::make_problem(s, 5);
+        const MirrorErrors e32 = mirror_errors<float>(p32, 64);
+        fa::AttnProblem p16 = p32;
+        fa::round_to<__half>(p16.Q), fa::round_to<__half>(p16.K), fa::round_to<__half>(p16.V);
+        const MirrorErrors e16 = mirror_errors<__half>(p16, 64);
+        fa::AttnProblem pb = p32;
+        fa::round_to<__nv_bfloat16>(pb.Q), fa::round_to<__nv_bfloat16>(pb.K), fa::round_to<__nv_bfloat16>(pb.V);
+        const MirrorErrors eb = mirror_errors<__nv_bfloat16>(pb, 64);
+        INFO(e32.check.O.text() << e16.check.O.text() << eb.check.O.text());
+        CHECK(e32.check.O.rel_l2 < 1e-6);
+        CHECK(e16.check.O.rel_l2 > 10 * e32.check.O.rel_l2);  // rounding P and O shows
+        CHECK(eb.check.O.rel_l2 > 4 * e16.check.O.rel_l2);   // bf16 has 3 fewer mantissa bits
+        CHECK(e16.check.O.rel_l2 < 2 * unit_roundoff<__half>());  // about one rounding, not more
+        CHECK(eb.check.O.rel_l2 < 2 * unit_roundoff<__nv_bfloat16>());
+        double max_v = 0;
+        for (float x : p16.V) max_v = std::max(max_v, double(std::fabs(x)));
+        CHECK(e16.floor_O == std::ldexp(max_v, -20));  // far below one 16-bit rounding of O
+        CHECK(e16.floor_O < 0.05 * e16.check.O.max_abs);
+        CHECK(e16.floor_rel_L == 64 * std::ldexp(1.0, -22));
+    }
+}
+
+TEST_CASE("the 2x rule: passes within twice the mirror's error and fails beyond it and never passes NaN", "[cpu][chapter7]") {
+    auto validation = [](double max_abs, double rel_l2, std::size_t nonfinite = 0) {
+        fa::Validation v;
+        v.count = 100;
+        v.max_abs = max_abs;
+        v.rel_l2 = rel_l2;
+        v.nonfinite = nonfinite;
+        return v;
+    };
+    MirrorErrors m;
+    m.check.O = validation(1e-3, 1e-4);
+    m.check.L = validation(1e-6, 1e-7);
+    m.floor_O = 1e-5, m.floor_L = 1e-7, m.floor_rel = 1e-6, m.floor_rel_L = 1e-8;
+    fa::ForwardCheck k;
+    k.O = validation(1.5e-3, 1.5e-4);
+    k.L = validation(1.5e-6, 1.5e-7);
+    CHECK(low_precision_rule(k, m).ok);
+    k.O = validation(2.5e-3, 1.5e-4);
+    CHECK_FALSE(low_precision_rule(k, m).ok);  // max abs beyond 2×
+    k.O = validation(1.5e-3, 2.5e-4);
+    CHECK_FALSE(low_precision_rule(k, m).ok);  // rel L2 beyond 2×
+    k.O = validation(1.5e-3, 1.5e-4);
+    k.L = validation(3e-6, 1.5e-7);
+    CHECK_FALSE(low_precision_rule(k, m).ok);  // L counts too
+    k.L = validation(INFINITY, INFINITY, 1);
+    CHECK_FALSE(low_precision_rule(k, m).ok);
+    k.L = validation(1.5e-6, 1.5e-7);
+    k.O = validation(0, 0, 3);  // non-finite elements whatever the statistics say
+    CHECK_FALSE(low_precision_rule(k, m).ok);
+    CHECK(rule_tolerance(m).atol == Approx(2e-3 + 1e-5));
+}
+
+TEST_CASE("emulated kernels: every variant passes the 2x rule (tails and causal and both head dims)", "[cpu][chapter7]") {
+    std::vector<fa::AttnShape> shapes;
+    for (bool causal : {false, true})
+        for (int D : {64, 128})
+            for (int N : {1, 77, 160}) shapes.push_back(fa::make_shape(1, 1, N, D, causal));
+    check_emulated_on<__nv_bfloat16>(shapes, all_variants());
+    check_emulated_on<__half>({fa::make_shape(2, 1, 77, 64, true), fa::make_shape(1, 2, 77, 128, false)}, all_variants());
+}
+
+TEST_CASE("emulated kernels: every tile candidate of variant 6 passes the 2x rule", "[cpu][chapter7]") {
+    for (int D : {64, 128}) {
+        std::vector<std::pair<int, int>> kernels;
+        for (int c = 0; c < int(tuning_candidates(D).size()); ++c) kernels.push_back({kTuned, c});
+        check_emulated_on<__nv_bfloat16>({fa::make_shape(1, 1, 150, D, true)}, kernels);
+    }
+}
+
+// ================================ [gpu] ==========================================================
+
+TEST_CASE("building block: one mma.sync m16n8k16 tile equals A·B", "[gpu][chapter7]") {
+    REQUIRE(have_sm80());
+    const std::vector<float> A = fa::random_normal(16 * 16, 1, 0.3, 1.0), B = fa::random_normal(16 * 8, 2, -0.2, 1.0);
+    auto check = [&](auto tag_value, const char* name) {
+        using T = decltype(tag_value);
+        std::vector<float> a = A, b = B;
+        fa::round_to<T>(a), fa::round_to<T>(b);
+        const std::vector<float> C = blocks::mma_tile<T>(A, B);
+        std::vector<double> want(16 * 8, 0.0);
+        for (int i = 0; i < 16; ++i)
+            for (int j = 0; j < 8; ++j)
+                for (int k = 0; k < 16; ++k) want[i * 8 + j] += double(a[i * 16 + k]) * b[k * 8 + j];
+        INFO(name);
+        CHECK_VALID(fa::validate("C", C.data(), want.data(), C.size(), {1e-5, 1e-5}, fa::contiguous(1, 16, 8)));
+    };
+    check(__half{}, "fp16");
+    check(__nv_bfloat16{}, "bf16");
+}
+
+TEST_CASE("building block: fragment loads from shared memory (step 2 pairs and step 3 ldmatrix)", "[gpu][chapter7]") {
+    REQUIRE(have_sm80());
+    for (int step : {2, 3})
+        for (int D : {64, 128}) {
+            std::vector<std::uint16_t> tile(16 * std::size_t(D));
+            for (int r = 0; r < 16; ++r)
+                for (int c = 0; c < D; ++c) tile[r * D + c] = tag(r, c, D);
+            const int valid = 11;  // rows 11..15 must arrive as zeros
+            auto want = [&](int r, int c) { return r < valid ? tag(r, c, D) : std::uint16_t(0); };
+            const int kk_step = fa::test::small_shapes() ? D / 16 - 1 : 1;  // sanitizer: first and last k-step
+            for (int kk = 0; kk < D / 16; kk += kk_step) {
+                const std::vector<std::uint32_t> q = blocks::fragment_registers(step, D, blocks::Operand::kQ, kk, tile, valid);
+                const std::vector<std::uint32_t> k = blocks::fragment_registers(step, D, blocks::Operand::kK, kk, tile, valid);
+                const std::vector<std::uint32_t> v = blocks::fragment_registers(step, D, blocks::Operand::kV, kk, tile, valid);
+                for (int lane = 0; lane < 32; ++lane)
+                    for (int e = 0; e < 2; ++e) {
+                        INFO("step " << step << " D " << D << " kk " << kk << " lane " << lane << " element " << e);
+                        for (int r = 0; r < 4; ++r)
+                            CHECK(half_of(q[4 * lane + r], e) == want(frag_a_row(lane, r), 16 * kk + frag_a_col(lane, r, e)));
+                        for (int h = 0; h < 2; ++h)
+                            for (int r = 0; r < 2; ++r) {
+                                CHECK(half_of(k[4 * lane + 2 * h + r], e) ==
+                                      want(8 * h + frag_b_col(lane), 16 * kk + frag_b_row(lane, r, e)));
+                                CHECK(half_of(v[4 * lane + 2 * h + r], e) ==
+                                      want(frag_b_row(lane, r, e), 16 * kk + 8 * h + frag_b_col(lane)));
+                            }
+                    }
+            }
+        }
+}
+
+TEST_CASE("building block: S = Q·Kᵀ and O = P·V warp tiles", "[gpu][chapter7]") {
+    REQUIRE(have_sm80());
+    auto run = [](auto tag_value, int step, int D) {
+        using T = decltype(tag_value);
+        std::vector<float> Q = fa::random_normal(16 * std::size_t(D), 11, 0.5, 1.0);
+        std::vector<float> K = fa::random_normal(16 * std::size_t(D), 12, 0.5, 1.0);
+        std::vector<float> V = fa::random_normal(16 * std::size_t(D), 13, 0.5, 1.0);
+        std::vector<float> P = fa::random_uniform(16 * 16, 14, 0.0, 1.0);
+        fa::round_to<T>(Q), fa::round_to<T>(K), fa::round_to<T>(V);
+        std::vector<float> Pr = P;
+        fa::round_to<T>(Pr);  // pack_p rounds P to T
+        const std::vector<float> S = blocks::tile_scores<T>(step, D, Q, K);
+        const std::vector<float> O = blocks::tile_pv<T>(step, D, P, V);
+        std::vector<double> wantS(16 * 16, 0.0), wantO(16 * std::size_t(D), 0.0);
+        for (int i = 0; i < 16; ++i)
+            for (int j = 0; j < 16; ++j)
+                for (int d = 0; d < D; ++d) wantS[i * 16 + j] += double(Q[i * D + d]) * K[j * D + d];
+        for (int i = 0; i < 16; ++i)
+            for (int d = 0; d < D; ++d)
+                for (int j = 0; j < 16; ++j) wantO[i * D + d] += double(Pr[i * 16 + j]) * V[j * D + d];
+        INFO(fa::dtype_name<T>() << " step " << step << " D " << D);
+        CHECK_VALID(fa::validate("S", S.data(), wantS.data(), S.size(), {1e-4, 1e-5}, fa::contiguous(1, 16, 16)));
+        CHECK_VALID(fa::validate("O", O.data(), wantO.data(), O.size(), {1e-5, 1e-5}, fa::contiguous(1, 16, D)));
+    };
+    for (int step : {2, 3})
+        for (int D : {64, 128}) {
+            run(__half{}, step, D);
+            run(__nv_bfloat16{}, step, D);
+        }
+}
+
+TEST_CASE("every variant on the shape grid in fp16: error at most 2x the CPU mirror's", "[gpu][chapter7]") {
+    REQUIRE(have_sm80());
+    check_rule_on<__half>(fa::test::shape_grid({64, 128}), all_variants());
+}
+
+TEST_CASE("every variant on the shape grid in bf16: error at most 2x the CPU mirror's", "[gpu][chapter7]") {
+    REQUIRE(have_sm80());
+    check_rule_on<__nv_bfloat16>(fa::test::shape_grid({64, 128}), all_variants());
+}
+
+TEST_CASE("every tile candidate of variant 6 passes the 2x rule", "[gpu][chapter7]") {
+    REQUIRE(have_sm80());
+    const std::vector<int> Ns = fa::test::small_shapes() ? std::vector<int>{1, 113} : std::vector<int>{1, 300, 1023};
+    for (int D : {64, 128}) {
+        std::vector<std::pair<int, int>> kernels;
+        for (int c = 0; c < int(tuning_candidates(D).size()); ++c) kernels.push_back({kTuned, c});
+        std::vector<fa::AttnShape> shapes;
+        for (bool causal : {false, true})
+            for (int N : Ns) shapes.push_back(fa::make_shape(1, 2, N, D, causal));
+        check_rule_on<__nv_bfloat16>(shapes, kernels);
+        check_rule_on<__half>({fa::make_shape(2, 1, Ns.back(), D, true)}, kernels);
+    }
+}
+
+TEST_CASE("no variant writes past the end of O or L", "[gpu][chapter7]") {
+    REQUIRE(have_sm80());
+    for (int D : {64, 128})
+        for (int variant = kFirstVariant; variant <= kLastVariant; ++variant) {
+            const fa::AttnShape s = fa::make_shape(1, 2, 17, D, true);
+            const fa::AttnProblem p = rounded_problem<__nv_bfloat16>(s, 9);
+            fa::DeviceAttention<__nv_bfloat16> d(p);
+            const std::size_t pad = 4096;  // a whole block of rows past the end
+            fa::DeviceBuffer<__nv_bfloat16> O(s.elements() + pad);
+            fa::DeviceBuffer<float> L(s.rows() + pad);
+            O.poison(), L.poison();
+            forward<__nv_bfloat16>(variant, s, d.Q.get(), d.K.get(), d.V.get(), O.get(), L.get());
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const std::vector<__nv_bfloat16> o = O.download();
+            const std::vector<float> l = L.download();
+            INFO("D " << D << " kernel " << variant_name(variant));
+            bool untouched = true;
+            for (std::size_t i = s.elements(); i < o.size(); ++i) untouched &= std::isnan(fa::to_float(o[i]));
+            for (std::size_t i = s.rows(); i < l.size(); ++i) untouched &= std::isnan(l[i]);
+            CHECK(untouched);
+            bool written = true;
+            for (std::size_t i = 0; i < s.elements(); ++i) written &= std::isfinite(fa::to_float(o[i]));
+            for (std::size_t i = 0; i < s.rows(); ++i) written &= std::isfinite(l[i]);
+            CHECK(written);
+        }
+}
+
+TEST_CASE("large scores: the running max keeps exp finite", "[gpu][chapter7]") {
+    REQUIRE(have_sm80());
+    // magnitude 4: scores reach several hundred, e^S alone overflows fp32 (and P in fp16)
+    for (bool causal : {false, true})
+        for (int D : {64, 128}) {
+            const fa::AttnShape s = fa::make_shape(1, 2, 257, D, causal);
+            const fa::AttnProblem p = rounded_problem<__half>(s, 21, 4.0);
+            fa::DeviceAttention<__half> d(p);
+            std::map<int, MirrorErrors> mirrors;
+            for (auto [variant, candidate] : all_variants()) {
+                const int Bc = tiles(variant, D).Bc;
+                if (!mirrors.count(Bc)) mirrors[Bc] = mirror_errors<__half>(p, Bc);
+                const RuleVerdict v = low_precision_rule(run_and_check<__half>(variant, candidate, p, d), mirrors[Bc]);
+                INFO(s.str() << " kernel " << variant_name(variant) << "\n" << v.text);
+                CHECK(v.ok);
+            }
+        }
+}
