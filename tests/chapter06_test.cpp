@@ -33,6 +33,14 @@ namespace {
 // fp32 kernels land near 1e-6 relative L2 error on these shapes; 1e-5 is the course's bound.
 constexpr double kMaxRelL2 = 1e-5;
 
+// End to end (O and L from chapter 5's fp32 forward), dQ gets twice that. dQ_i = scale·Σ_j dS_ij K_j
+// with Σ_j dS_ij = 0: the sum cancels. D_i = rowsum(dO_i ∘ O_i) carries the forward's error in O
+// (about 1e-6 relative), and that error enters every dS_ij = P_ij (dP_ij − D_i) of the row with the
+// same sign, so it survives the cancellation and shows up amplified in dQ (measured on an H200:
+// 1.0–1.08e-5 at N = 4097, D = 16 and 32, non-causal), not in dK or dV (about 1.3e-6). The test
+// "... at N = 4097, O, L from the fp64 forward" shows the backward kernels themselves meet 1e-5.
+constexpr double kMaxRelL2EndToEndDq = 2e-5;
+
 struct Grads {
     std::vector<float> dQ, dK, dV;
 };
@@ -60,13 +68,13 @@ FullReference full_reference(const AttnProblem& p, const std::vector<float>& dO)
 }
 
 // A gradient compared with its reference: every element within the tolerance, and the relative
-// L2 error within kMaxRelL2 when the reference is not zero as a whole (for N = 1, dQ and dK are
+// L2 error within max_rel_l2 when the reference is not zero as a whole (for N = 1, dQ and dK are
 // exactly zero: one key gives P = 1 and dP = D, so only rounding noise is left to compare).
-void check_component(const Validation& v, const std::vector<double>& ref) {
+void check_component(const Validation& v, const std::vector<double>& ref, double max_rel_l2 = kMaxRelL2) {
     double norm2 = 0;
     for (double x : ref) norm2 += x * x;
     if (std::sqrt(norm2) > kFp32Tolerance.atol * std::sqrt(double(ref.size())))
-        CHECK_ACCURATE(v, kMaxRelL2);
+        CHECK_ACCURATE(v, max_rel_l2);
     else
         CHECK_VALID(v);
 }
@@ -144,9 +152,9 @@ int all_heads_up_to_1023(const AttnShape& s) {
     return s.N <= 1023 ? int(s.heads_total()) : 3;
 }
 
-void check_sampled(const ch6::SampledBackward& ref, const Grads& g) {
+void check_sampled(const ch6::SampledBackward& ref, const Grads& g, double max_rel_l2_dq = kMaxRelL2) {
     const ch6::BackwardCheck c = ch6::check_backward(ref, g.dQ.data(), g.dK.data(), g.dV.data());
-    check_component(c.dQ, ref.dQ);
+    check_component(c.dQ, ref.dQ, max_rel_l2_dq);
     check_component(c.dK, ref.dK);
     check_component(c.dV, ref.dV);
 }
@@ -328,6 +336,25 @@ TEST_CASE(
         // every head up to N = 1023, three heads (and 128 sampled rows) at N = 4097
         const ch6::SampledBackward ref =
             ch6::sampled_backward_reference(p, dO.data(), 128, all_heads_up_to_1023(s));
+        for (int strategy : {ch6::kAtomic, ch6::kSplit}) {
+            INFO(describe(s, strategy));
+            check_sampled(ref, g.backward(strategy), kMaxRelL2EndToEndDq);
+        }
+    }
+}
+
+TEST_CASE("ch6 GPU: both dQ strategies meet 1e-5 at N = 4097, O, L from the fp64 forward", "[gpu][chapter6]") {
+    const int N = test::small_shapes() ? 300 : 4097;
+    for (int D : {16, 32, 128}) {
+        const AttnShape s = make_shape(1, 3, N, D, false);
+        const AttnProblem p = make_problem(s, 7);
+        const std::vector<float> dO = ch6::make_upstream_gradient(s, 7);
+        std::vector<float> O, L;
+        reference_forward_f32(p, O, L);
+        GpuProblem g(p, dO);
+        g.O.upload(O);
+        g.L.upload(L);
+        const ch6::SampledBackward ref = ch6::sampled_backward_reference(p, dO.data(), 128, 3);
         for (int strategy : {ch6::kAtomic, ch6::kSplit}) {
             INFO(describe(s, strategy));
             check_sampled(ref, g.backward(strategy));
