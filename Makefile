@@ -127,6 +127,19 @@ docs:
 	doxygen docs/Doxyfile
 	@echo "docs: open $(BUILD)/docs/html/index.html"
 
+# ---- bug-hunt exercises (docs/exercises.md) ------------------------------------------------------
+# make exercise CH=5 BUG=2 plants bug 2 of chapter 5 in a copy (exercises-work/ch5-bug2/), builds the
+# chapter's tests there and runs them; make check-exercises proves that every planted bug is caught.
+EXERCISE_ENV = ARCH="$(ARCH)" CATCH2_INCLUDE="$(CATCH2_INCLUDE)" NVCC="$(NVCC)" \
+  EXTRA_NVCCFLAGS="$(EXTRA_NVCCFLAGS)" BUILD="$(BUILD)"
+.PHONY: exercise check-exercises
+
+exercise:
+	@$(EXERCISE_ENV) tools/exercise.sh "$(CH)" "$(BUG)"
+
+check-exercises:
+	@$(EXERCISE_ENV) tools/check_exercises.sh
+
 # ---- benchmarks (docs/benchmarks.md) -------------------------------------------------------------
 # make bench runs every GPU chapter over one grid of shapes into results/<gpu>-<date>.csv.
 # Narrow it with BENCH_CHAPTERS="5 7" BENCH_D=64 BENCH_N="1024 8192" BENCH_CAUSAL=0 BENCH_REPEAT=5;
@@ -169,6 +182,10 @@ help:
 	@echo "                       TEST_ARGS='[cpu]' (or any Catch2 test spec) narrows a run"
 	@echo "  make sanitize        compute-sanitizer memcheck, racecheck, synccheck, initcheck over every"
 	@echo "                       GPU chapter's tests on small shapes (says so and exits 0 without a GPU)"
+	@echo "  make exercise CH=N BUG=K  plant bug K of chapter N in a copy (exercises-work/) and run its tests;"
+	@echo "                       fix it there and rerun (docs/exercises.md). make exercise lists them all"
+	@echo "  make check-exercises every planted bug must make its chapter's tests fail (without a GPU: the"
+	@echo "                       cpu ones; CHECK_EXERCISES_ONLY=\"5:2 7\" picks some, EXERCISES_JOBS=N)"
 	@echo "Reading what the compiler made"
 	@echo "  make chapterN.sass   SASS of a chapter's kernels (cuobjdump)"
 	@echo "  make chapterN.ptx    PTX of a chapter's kernels (for $(PTX_ARCH))"

@@ -109,7 +109,8 @@ bool rule_line(const char* name, const fa::Validation& k, const fa::Validation& 
                double floor_rel, std::string& text) {
     const double bound_abs = 2.0 * m.max_abs + floor_abs, bound_rel = 2.0 * m.rel_l2 + floor_rel;
     // a NaN or Inf anywhere makes max_abs +inf and nonfinite > 0: never a pass
-    const bool ok = k.count > 0 && k.nonfinite == 0 && k.max_abs <= bound_abs && k.rel_l2 <= bound_rel;
+    const bool ok = k.count > 0 && k.nonfinite == 0 && m.nonfinite == 0 && std::isfinite(bound_abs) &&
+                    std::isfinite(bound_rel) && k.max_abs <= bound_abs && k.rel_l2 <= bound_rel;
     char buf[320];
     std::snprintf(buf, sizeof buf,
                   "  2x rule %-2s max_abs %.3e <= 2 x %.3e + %.1e = %.3e, rel_l2 %.3e <= 2 x %.3e + "
