@@ -19,6 +19,7 @@
 
 #include "../chapters/03_naive_attention/naive_attention.h"
 #include "../chapters/05_flash_attention_2/flash2.h"
+#include "../chapters/06_backward/device_backward.h"
 #include "../chapters/06_backward/flash2_backward.h"
 #include "../common/attention.h"
 #include "../common/check.h"
@@ -105,35 +106,19 @@ std::string describe(const AttnShape& s, int strategy) {
     return s.str() + ", dQ " + ch6::strategy_name(strategy);
 }
 
-// Device copies of one problem: inputs, O and L, gradients, workspace.
-struct GpuProblem {
-    AttnShape shape;
-    DeviceBuffer<float> Q, K, V, O, L, dO, dQ, dK, dV, Dsum;
-    GpuProblem(const AttnProblem& p, const std::vector<float>& dO_host)
-        : shape(p.shape),
-          Q(p.Q),
-          K(p.K),
-          V(p.V),
-          O(p.shape.elements()),
-          L(p.shape.rows()),
-          dO(dO_host),
-          dQ(p.shape.elements()),
-          dK(p.shape.elements()),
-          dV(p.shape.elements()),
-          Dsum(p.shape.rows()) {}
-    ch6::BackwardTensors tensors() const {
-        return {Q.get(), K.get(),  V.get(),  O.get(),  dO.get(),
-                L.get(), dQ.get(), dK.get(), dV.get(), Dsum.get()};
+// The chapter's device arrays of one problem, with what the tests do with them.
+struct GpuProblem : ch6::DeviceBackward {
+    using ch6::DeviceBackward::DeviceBackward;
+    // O and L of the float64 forward, rounded to float: the backward kernels tested on their own.
+    void forward_from_fp64(const AttnProblem& p) {
+        std::vector<float> O_host, L_host;
+        reference_forward_f32(p, O_host, L_host);
+        O.upload(O_host);
+        L.upload(L_host);
     }
     void forward_from_chapter5() {
         ch5::forward(ch5::kTuned, shape, Q.get(), K.get(), V.get(), O.get(), L.get());
         CUDA_CHECK(cudaDeviceSynchronize());
-    }
-    void poison_outputs() {
-        dQ.poison();
-        dK.poison();
-        dV.poison();
-        Dsum.poison();
     }
     Grads download() const {
         CUDA_CHECK(cudaDeviceSynchronize());
@@ -310,12 +295,9 @@ TEST_CASE(
                 const AttnShape s = make_shape(1, 2, N, D, causal);
                 const AttnProblem p = make_problem(s, 300 + N + D);
                 const std::vector<float> dO = ch6::make_upstream_gradient(s, 300 + N + D);
-                std::vector<float> O, L;
-                reference_forward_f32(p, O, L);
                 const FullReference ref = full_reference(p, dO);
                 GpuProblem g(p, dO);
-                g.O.upload(O);
-                g.L.upload(L);
+                g.forward_from_fp64(p);
                 for (int strategy : {ch6::kAtomic, ch6::kSplit}) {
                     INFO(describe(s, strategy));
                     check_all_elements(g.backward(strategy), ref, s);
@@ -349,11 +331,8 @@ TEST_CASE("ch6 GPU: both dQ strategies meet 1e-5 at N = 4097, O, L from the fp64
         const AttnShape s = make_shape(1, 3, N, D, false);
         const AttnProblem p = make_problem(s, 7);
         const std::vector<float> dO = ch6::make_upstream_gradient(s, 7);
-        std::vector<float> O, L;
-        reference_forward_f32(p, O, L);
         GpuProblem g(p, dO);
-        g.O.upload(O);
-        g.L.upload(L);
+        g.forward_from_fp64(p);
         const ch6::SampledBackward ref = ch6::sampled_backward_reference(p, dO.data(), 128, 3);
         for (int strategy : {ch6::kAtomic, ch6::kSplit}) {
             INFO(describe(s, strategy));
@@ -395,12 +374,9 @@ TEST_CASE("ch6 GPU: the atomic strategy starts from dQ = 0 on every run, O, L fr
     const AttnShape s = make_shape(1, 3, 300, 64, true);
     const AttnProblem p = make_problem(s, 10);
     const std::vector<float> dO = ch6::make_upstream_gradient(s, 10);
-    std::vector<float> O, L;
-    reference_forward_f32(p, O, L);
     const FullReference ref = full_reference(p, dO);
     GpuProblem g(p, dO);
-    g.O.upload(O);
-    g.L.upload(L);
+    g.forward_from_fp64(p);
     g.poison_outputs();
     for (int run = 0; run < 3; ++run) {  // no poisoning in between: stale dQ would add up
         INFO("run " << run);

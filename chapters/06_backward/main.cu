@@ -28,35 +28,10 @@
 #include "../../common/timer.h"
 #include "../03_naive_attention/naive_attention.h"
 #include "../05_flash_attention_2/flash2.h"
+#include "device_backward.h"
 #include "flash2_backward.h"
 
 namespace {
-
-// Every device array of one backward problem.
-struct DeviceBackward {
-    fa::DeviceBuffer<float> Q, K, V, O, L, dO, dQ, dK, dV, Dsum;
-    DeviceBackward(const fa::AttnProblem& p, const std::vector<float>& dO_host)
-        : Q(p.Q),
-          K(p.K),
-          V(p.V),
-          O(p.shape.elements()),
-          L(p.shape.rows()),
-          dO(dO_host),
-          dQ(p.shape.elements()),
-          dK(p.shape.elements()),
-          dV(p.shape.elements()),
-          Dsum(p.shape.rows()) {}
-    ch6::BackwardTensors tensors() const {
-        return {Q.get(), K.get(),  V.get(),  O.get(),  dO.get(),
-                L.get(), dQ.get(), dK.get(), dV.get(), Dsum.get()};
-    }
-    void poison_outputs() {
-        dQ.poison();
-        dK.poison();
-        dV.poison();
-        Dsum.poison();
-    }
-};
 
 // Device bytes a backward must move at least: Q, K, V, O, dO read, dQ, dK, dV written, L read.
 double backward_io_bytes(const fa::AttnShape& s) {
@@ -131,7 +106,7 @@ void record(const fa::RunArgs& run, const std::string& variant, const fa::AttnSh
 }
 
 // Checks the gradients in `d` against the reference (unless --no-check); returns the host copies.
-Outcome check(const fa::RunArgs& run, const ch6::SampledBackward& ref, DeviceBackward& d,
+Outcome check(const fa::RunArgs& run, const ch6::SampledBackward& ref, ch6::DeviceBackward& d,
               std::vector<float>* dQ, std::vector<float>* dK, std::vector<float>* dV) {
     Outcome o;
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -190,7 +165,7 @@ int main(int argc, char** argv) {
     const std::vector<float> dO_host = upstream_gradient(run, s);
     fa::require_free_memory(std::size_t(10.0 * s.elements() * sizeof(float)),
                             "chapter 6 (Q, K, V, O, dO, dQ, dK, dV)");
-    DeviceBackward d(p, dO_host);
+    ch6::DeviceBackward d(p, dO_host);
     const ch6::BackwardTensors bt = d.tensors();
     fa::GpuTimer timer;
 
