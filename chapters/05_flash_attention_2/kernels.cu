@@ -5,7 +5,8 @@
 //   ./chapter5 --kernel 2   tuned (default): 256 threads share a B_r × B_c tile; every thread owns a
 //                           register sub-tile of S_ij and of O_i; row max/sum by warp shuffles;
 //                           conflict-free shared-memory rows; 16-byte loads; K_j and V_j loaded with
-//                           cp.async while the other one is being used
+//                           cp.async while the other one is being used; few instructions besides
+//                           the FFMAs (one FFMA + one MUFU.EX2 per probability, lazy O rescale)
 //   ./chapter5 --ladder     times every step from a plain register-tiled kernel to variant 2
 //
 // Both variants: grid (T_r, H, B). blockIdx.x is the query block i, so the blocks of one
@@ -22,6 +23,7 @@
 
 #include "../../common/check.h"
 #include "../../common/device.h"
+#include "../../common/fast_math.cuh"
 #include "../../common/warp.cuh"
 #include "flash2.h"
 
@@ -147,7 +149,8 @@ void launch_readable(const fa::AttnShape& s, const float* Q, const float* K, con
 // floats those 8 rows start in 8 different bank groups: no conflicts (see ladder step 2).
 // Shared memory: Q_s [B_r][QS] | K_s [B_c][QS] | V_s [B_c][QS] | P_s [B_r][PS].
 // ------------------------------------------------------------------------------------------------
-template <int D_PAD_, int BR, int BC, bool PAD, bool VEC, bool ASYNC>
+template <int D_PAD_, int BR, int BC, bool PAD, bool VEC, bool ASYNC, bool SLIM = false,
+          bool UNROLL_S = false>
 struct Cfg {
     static constexpr int D_PAD = D_PAD_, Br = BR, Bc = BC;
     static constexpr int kThreads = 256;
@@ -156,10 +159,17 @@ struct Cfg {
     static constexpr int PS = Bc + (PAD ? 16 : 0);    // row stride of P_s: two half-warps write
                                                       // rows 16 banks apart
     static constexpr bool kVec = VEC, kAsync = ASYNC;
+    // SLIM: fewer instructions that are not multiply-adds (fixed-count tile loads, one FFMA and one
+    // MUFU per probability, masks only on cut tiles, O rescaled only when a row max moved).
+    static constexpr bool kSlim = SLIM;
+    // UNROLL_S: the loop over head dims of S_ij = Q_i K_j^T fully unrolled (else 4 steps of 4),
+    // so the compiler can issue the shared-memory loads of later steps ahead of the FFMAs
+    static constexpr int kUnrollS = UNROLL_S ? D_PAD / 4 : 4;
     static constexpr std::size_t kSmemFloats =
         std::size_t(Br) * QS + 2 * std::size_t(Bc) * QS + std::size_t(Br) * PS;
     static_assert(Br % 16 == 0 && Bc % 16 == 0 && D_PAD % 64 == 0, "tile shape");
     static_assert(!ASYNC || VEC, "cp.async copies 16-byte chunks");
+    static_assert(!SLIM || ASYNC, "the slim step builds on the cp.async kernel");
 };
 
 // 16-byte copy global -> shared that does not wait for the data (cp.async, sm_80+). When `valid`
@@ -191,10 +201,24 @@ __device__ __forceinline__ void async_wait() {
 // and padded head dims add nothing to dot products.
 template <class C, int ROWS>
 __device__ __forceinline__ void load_tile(float* dst, const float* head, int row0, int N, int D) {
-    if constexpr (C::kVec) {
-        constexpr int kChunks = ROWS * C::D_PAD / 4;
+    constexpr int kPerRow = C::D_PAD / 4;  // 16-byte chunks per row
+    if constexpr (C::kSlim) {
+        // each thread copies the same column chunk of every kRowStep-th row: a fixed trip count,
+        // no division, the column test done once
+        static_assert(C::kVec && C::kThreads % kPerRow == 0 && ROWS * kPerRow % C::kThreads == 0,
+                      "16-byte chunks, an equal share for every thread");
+        constexpr int kRowStep = C::kThreads / kPerRow;
+        const int d = 4 * (int(threadIdx.x) % kPerRow), r0 = int(threadIdx.x) / kPerRow;
+        const bool d_valid = d < D;
+#pragma unroll
+        for (int r = r0; r < ROWS; r += kRowStep) {
+            const bool valid = d_valid && row0 + r < N;
+            copy16_async(dst + r * C::QS + d, valid ? head + std::size_t(row0 + r) * D + d : head, valid);
+        }
+    } else if constexpr (C::kVec) {
+        constexpr int kChunks = ROWS * kPerRow;
         for (int e = threadIdx.x; e < kChunks; e += C::kThreads) {
-            const int r = e / (C::D_PAD / 4), d = 4 * (e % (C::D_PAD / 4));
+            const int r = e / kPerRow, d = 4 * (e % kPerRow);
             const bool valid = row0 + r < N && d < D;
             const float* src = valid ? head + std::size_t(row0 + r) * D + d : head;
             float* out = dst + r * C::QS + d;
@@ -212,8 +236,38 @@ __device__ __forceinline__ void load_tile(float* dst, const float* head, int row
     }
 }
 
-// Alg. 1 line 8: this thread's sub-tile of S_ij = Q_i K_j^T (unscaled), reading 4 head dims of
-// each of its TM query rows and TN keys per step.
+// The operands of one 4-wide step of S_ij = Q_i K_j^T: head dims d..d+3 of this thread's TM query
+// rows and TN keys.
+template <class C>
+struct ScoreFrags {
+    float4 q[C::TM], k[C::TN];
+};
+template <class C>
+__device__ __forceinline__ void load_score_frags(ScoreFrags<C>& f, const float* Q_s, const float* K_s,
+                                                 int rg, int cg, int d) {
+#pragma unroll
+    for (int a = 0; a < C::TM; ++a)
+        f.q[a] = *reinterpret_cast<const float4*>(Q_s + (rg + 16 * a) * C::QS + d);
+#pragma unroll
+    for (int b = 0; b < C::TN; ++b)
+        f.k[b] = *reinterpret_cast<const float4*>(K_s + (cg + 16 * b) * C::QS + d);
+}
+template <class C>
+__device__ __forceinline__ void score_step(float (&S)[C::TM][C::TN], const ScoreFrags<C>& f) {
+#pragma unroll
+    for (int a = 0; a < C::TM; ++a)
+#pragma unroll
+        for (int b = 0; b < C::TN; ++b) {
+            // four fused multiply-adds into the accumulator: writing the sum of four products
+            // first would cost a multiply and an add more per four terms
+            S[a][b] = fmaf(f.q[a].x, f.k[b].x, S[a][b]);
+            S[a][b] = fmaf(f.q[a].y, f.k[b].y, S[a][b]);
+            S[a][b] = fmaf(f.q[a].z, f.k[b].z, S[a][b]);
+            S[a][b] = fmaf(f.q[a].w, f.k[b].w, S[a][b]);
+        }
+}
+
+// Alg. 1 line 8: this thread's sub-tile of S_ij = Q_i K_j^T (unscaled), 4 head dims per step.
 template <class C>
 __device__ __forceinline__ void tile_scores(const float* Q_s, const float* K_s, int rg, int cg,
                                             float (&S)[C::TM][C::TN]) {
@@ -221,35 +275,24 @@ __device__ __forceinline__ void tile_scores(const float* Q_s, const float* K_s, 
     for (int a = 0; a < C::TM; ++a)
 #pragma unroll
         for (int b = 0; b < C::TN; ++b) S[a][b] = 0.0f;
-#pragma unroll 4
+#pragma unroll C::kUnrollS
     for (int d = 0; d < C::D_PAD; d += 4) {
-        float4 q[C::TM], k[C::TN];
-#pragma unroll
-        for (int a = 0; a < C::TM; ++a)
-            q[a] = *reinterpret_cast<const float4*>(Q_s + (rg + 16 * a) * C::QS + d);
-#pragma unroll
-        for (int b = 0; b < C::TN; ++b)
-            k[b] = *reinterpret_cast<const float4*>(K_s + (cg + 16 * b) * C::QS + d);
-#pragma unroll
-        for (int a = 0; a < C::TM; ++a)
-#pragma unroll
-            for (int b = 0; b < C::TN; ++b) {
-                // four fused multiply-adds into the accumulator: writing the sum of four products
-                // first would cost a multiply and an add more per four terms
-                S[a][b] = fmaf(q[a].x, k[b].x, S[a][b]);
-                S[a][b] = fmaf(q[a].y, k[b].y, S[a][b]);
-                S[a][b] = fmaf(q[a].z, k[b].z, S[a][b]);
-                S[a][b] = fmaf(q[a].w, k[b].w, S[a][b]);
-            }
+        ScoreFrags<C> f;
+        load_score_frags<C>(f, Q_s, K_s, rg, cg, d);
+        score_step<C>(S, f);
     }
 }
 
-// Alg. 1 line 9 for this thread's rows, in base 2 (S was scaled by scale·log2 e, so e^x = 2^x):
-// m_new = max(m, rowmax S), P = 2^(S - m_new) (kept in S), the partial l over this thread's
-// columns rescaled and extended, and line 10's rescale of O_i by 2^(m - m_new).
+// Alg. 1 line 9 for this thread's rows, in base 2 (e^x = 2^(x·log2 e)): m_new = max(m, rowmax S),
+// P = 2^(S - m_new) (kept in S), the partial l over this thread's columns rescaled and extended,
+// and line 10's rescale of O_i by 2^(m - m_new). Without SLIM, S and m are already scaled by
+// c = scale·log2 e. With SLIM they are raw scores: 2^((S - m)·c) is one FFMA and one MUFU, and O_i
+// is rescaled only if some row max of the warp moved (else every factor is exactly 1).
 template <class C>
 __device__ __forceinline__ void online_softmax(float (&S)[C::TM][C::TN], float (&m)[C::TM],
-                                               float (&l)[C::TM], float4 (&O)[C::TM][C::TO]) {
+                                               float (&l)[C::TM], float4 (&O)[C::TM][C::TO], float c) {
+    float alpha[C::TM];
+    bool moved = false;
 #pragma unroll
     for (int a = 0; a < C::TM; ++a) {
         float rowmax = -INFINITY;
@@ -258,19 +301,80 @@ __device__ __forceinline__ void online_softmax(float (&S)[C::TM][C::TN], float (
         rowmax = fa::group_max<16>(rowmax);  // the 16 lanes of the half-warp share these rows
         const float m_new = fmaxf(m[a], rowmax);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no -inf - (-inf)
-        const float alpha = exp2f(m[a] - m_use);
         float rowsum = 0.0f;
+        if constexpr (C::kSlim) {
+            alpha[a] = fa::fast_exp2((m[a] - m_use) * c);  // exactly 1 when m did not move
+            const float mc = m_use * c;
 #pragma unroll
-        for (int b = 0; b < C::TN; ++b) {
-            S[a][b] = exp2f(S[a][b] - m_use);
-            rowsum += S[a][b];
+            for (int b = 0; b < C::TN; ++b) {
+                S[a][b] = fa::fast_exp2(fmaf(S[a][b], c, -mc));
+                rowsum += S[a][b];
+            }
+            moved |= m_new != m[a];
+        } else {
+            alpha[a] = exp2f(m[a] - m_use);
+#pragma unroll
+            for (int b = 0; b < C::TN; ++b) {
+                S[a][b] = exp2f(S[a][b] - m_use);
+                rowsum += S[a][b];
+            }
         }
         // alpha is the same in all 16 lanes, so the partial sums can be added up once, at the end
-        l[a] = alpha * l[a] + rowsum;
+        l[a] = alpha[a] * l[a] + rowsum;
         m[a] = m_new;
+    }
+    if (C::kSlim && !__any_sync(0xffffffffu, moved)) return;
+#pragma unroll
+    for (int a = 0; a < C::TM; ++a)
 #pragma unroll
         for (int q = 0; q < C::TO; ++q) {
-            O[a][q].x *= alpha, O[a][q].y *= alpha, O[a][q].z *= alpha, O[a][q].w *= alpha;
+            O[a][q].x *= alpha[a], O[a][q].y *= alpha[a], O[a][q].z *= alpha[a], O[a][q].w *= alpha[a];
+        }
+}
+
+// The masks of Alg. 1 line 8 on this thread's scores (rows row + 16a, keys key + 16b): keys at or
+// past N, and with `causal` keys after the row, get -inf; only tiles that N or the diagonal cut
+// need it. Without SLIM the scores are also scaled here.
+template <class C>
+__device__ __forceinline__ void mask_scores(float (&S)[C::TM][C::TN], int row, int key, int N,
+                                            bool causal, bool cut, float scale_log2) {
+#pragma unroll
+    for (int a = 0; a < C::TM; ++a)
+#pragma unroll
+        for (int b = 0; b < C::TN; ++b) {
+            if (!C::kSlim) S[a][b] *= scale_log2;
+            const int r = row + 16 * a, k = key + 16 * b;
+            if (cut && (k >= N || (causal && k > r))) S[a][b] = -INFINITY;
+        }
+}
+
+// Component k (0..3) of a float4.
+__device__ __forceinline__ float component(const float4& v, int k) {
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+// P_ij entries c..c+3 of this thread's TM rows.
+template <class C>
+__device__ __forceinline__ void load_p(float4 (&p)[C::TM], const float* P_s, int rg, int c) {
+#pragma unroll
+    for (int a = 0; a < C::TM; ++a) p[a] = *reinterpret_cast<const float4*>(P_s + (rg + 16 * a) * C::PS + c);
+}
+// This thread's float4 column chunks of row `key` of V_j.
+template <class C>
+__device__ __forceinline__ void load_v(float4 (&v)[C::TO], const float* V_s, int cg, int key) {
+#pragma unroll
+    for (int q = 0; q < C::TO; ++q) v[q] = *reinterpret_cast<const float4*>(V_s + key * C::QS + 4 * (cg + 16 * q));
+}
+// O_i += P_ij[:, key] V_j[key, :] for this thread's rows and chunks; p holds P's key as component k.
+template <class C>
+__device__ __forceinline__ void pv_key(float4 (&O)[C::TM][C::TO], const float4 (&p)[C::TM], int k,
+                                       const float4 (&v)[C::TO]) {
+#pragma unroll
+    for (int a = 0; a < C::TM; ++a) {
+        const float pa = component(p[a], k);
+#pragma unroll
+        for (int q = 0; q < C::TO; ++q) {
+            O[a][q].x = fmaf(pa, v[q].x, O[a][q].x), O[a][q].y = fmaf(pa, v[q].y, O[a][q].y);
+            O[a][q].z = fmaf(pa, v[q].z, O[a][q].z), O[a][q].w = fmaf(pa, v[q].w, O[a][q].w);
         }
     }
 }
@@ -282,24 +386,12 @@ __device__ __forceinline__ void tile_pv(const float* P_s, const float* V_s, int 
 #pragma unroll 2
     for (int c = 0; c < C::Bc; c += 4) {
         float4 p[C::TM];
+        load_p<C>(p, P_s, rg, c);
 #pragma unroll
-        for (int a = 0; a < C::TM; ++a)
-            p[a] = *reinterpret_cast<const float4*>(P_s + (rg + 16 * a) * C::PS + c);
-#pragma unroll
-        for (int cc = 0; cc < 4; ++cc) {
+        for (int k = 0; k < 4; ++k) {
             float4 v[C::TO];
-#pragma unroll
-            for (int q = 0; q < C::TO; ++q)
-                v[q] = *reinterpret_cast<const float4*>(V_s + (c + cc) * C::QS + 4 * (cg + 16 * q));
-#pragma unroll
-            for (int a = 0; a < C::TM; ++a) {
-                const float pa = cc == 0 ? p[a].x : cc == 1 ? p[a].y : cc == 2 ? p[a].z : p[a].w;
-#pragma unroll
-                for (int q = 0; q < C::TO; ++q) {
-                    O[a][q].x += pa * v[q].x, O[a][q].y += pa * v[q].y;
-                    O[a][q].z += pa * v[q].z, O[a][q].w += pa * v[q].w;
-                }
-            }
+            load_v<C>(v, V_s, cg, c + k);
+            pv_key<C>(O, p, k, v);
         }
     }
 }
@@ -348,27 +440,21 @@ __global__ void __launch_bounds__(C::kThreads, 1)
             load_tile<C, C::Bc>(V_s, V + head, key0, N, D);  // V_j arrives while S_ij is computed
             async_commit();
             async_wait<1>();  // all but the newest group (V_j) have landed: Q_i and K_j
+            __syncthreads();
         } else {
             __syncthreads();
             load_tile<C, C::Bc>(K_s, K + head, key0, N, D);
             load_tile<C, C::Bc>(V_s, V + head, key0, N, D);
+            __syncthreads();
         }
-        __syncthreads();
 
-        // Alg. 1 line 8: S_ij = Q_i K_j^T, scaled (and by log2 e, for exp2)
+        // Alg. 1 line 8: S_ij = Q_i K_j^T (without SLIM scaled here by scale·log2 e, for exp2)
         float S[C::TM][C::TN];
         tile_scores<C>(Q_s, K_s, rg, cg, S);
         const bool cut = key0 + C::Bc > N || (causal && key0 + C::Bc - 1 > row0);
-#pragma unroll
-        for (int a = 0; a < C::TM; ++a)
-#pragma unroll
-            for (int b = 0; b < C::TN; ++b) {
-                const int row = row0 + rg + 16 * a, key = key0 + cg + 16 * b;
-                S[a][b] *= scale_log2;
-                if (cut && (key >= N || (causal && key > row))) S[a][b] = -INFINITY;
-            }
+        if (!C::kSlim || cut) mask_scores<C>(S, row0 + rg, key0 + cg, N, causal, cut, scale_log2);
         // Alg. 1 lines 9-10: online softmax, rescale O_i
-        online_softmax<C>(S, m, l, O_acc);
+        online_softmax<C>(S, m, l, O_acc, scale_log2);
 #pragma unroll
         for (int a = 0; a < C::TM; ++a)
 #pragma unroll
@@ -408,7 +494,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
                     make_float4(o.x * inv_l, o.y * inv_l, o.z * inv_l, o.w * inv_l);
             }
         }
-        if (cg == 0) L[std::size_t(bh) * N + row] = m[a] * kLn2 + logf(l_row);
+        const float m_log2 = C::kSlim ? m[a] * scale_log2 : m[a];  // the row max in base 2
+        if (cg == 0) L[std::size_t(bh) * N + row] = m_log2 * kLn2 + logf(l_row);
     }
 }
 
@@ -432,11 +519,11 @@ void launch_tuned(const fa::AttnShape& s, const float* Q, const float* K, const 
 #define CH5_BC 64
 #endif
 template <int D_PAD>
-using Big = Cfg<D_PAD, CH5_BR, CH5_BC, true, true, true>;
+using Big = Cfg<D_PAD, CH5_BR, CH5_BC, true, true, true, true, true>;
 template <int D_PAD>
-using Mid = Cfg<D_PAD, 64, 64, true, true, true>;
+using Mid = Cfg<D_PAD, 64, 64, true, true, true, true, true>;
 template <int D_PAD>
-using Small = Cfg<D_PAD, 32, 32, true, true, true>;
+using Small = Cfg<D_PAD, 32, 32, true, true, true, true, true>;
 
 template <class C>
 bool fits(std::size_t smem_optin_bytes) {
@@ -466,12 +553,15 @@ void launch_variant2(const fa::AttnShape& s, const float* Q, const float* K, con
 using Step1 = Cfg<128, 64, 64, false, false, false>;  // register tiles, shuffles
 using Step2 = Cfg<128, 64, 64, true, false, false>;   // + padded rows: no bank conflicts
 using Step3 = Cfg<128, 64, 64, true, true, false>;    // + 16-byte loads and stores
-using Step4 = Mid<128>;                               // + cp.async: loads overlap compute
-using Step5 = Big<128>;                               // + 8 query rows per thread (= kernel 2)
+using Step4 = Cfg<128, 64, 64, true, true, true>;     // + cp.async: loads overlap compute
+using Step5 = Cfg<128, 128, 64, true, true, true>;    // + 8 query rows per thread
+using Step6 = Cfg<128, 128, 64, true, true, true, true>;  // + fewer non-FMA instructions
+using Step7 = Big<128>;                                   // + S loop unrolled (= kernel 2)
 
 const char* const kStepNames[] = {
     "register tiles 64x64 + shuffles", "+ padded rows (no bank conflicts)", "+ 16-byte loads",
-    "+ cp.async K/V overlap", "+ 128x64 tiles, 8 rows per thread (= kernel 2)"};
+    "+ cp.async K/V overlap", "+ 128x64 tiles, 8 rows per thread",
+    "+ fewer non-FMA instructions", "+ S loop fully unrolled (= kernel 2)"};
 
 void require_supported(int variant, int D) {
     const std::string why = unsupported_reason(variant, D);
@@ -509,7 +599,7 @@ void forward(int variant, const fa::AttnShape& s, const float* Q, const float* K
         launch_variant2<128>(s, Q, K, V, O, L);
 }
 
-int ladder_steps() { return 5; }
+int ladder_steps() { return 7; }
 
 const char* ladder_step_name(int step) { return kStepNames[step - 1]; }
 
@@ -521,7 +611,9 @@ void forward_ladder_step(int step, const fa::AttnShape& s, const float* Q, const
         case 2: launch_tuned<Step2>(s, Q, K, V, O, L, "ladder step 2"); break;
         case 3: launch_tuned<Step3>(s, Q, K, V, O, L, "ladder step 3"); break;
         case 4: launch_tuned<Step4>(s, Q, K, V, O, L, "ladder step 4"); break;
-        default: launch_tuned<Step5>(s, Q, K, V, O, L, "ladder step 5"); break;
+        case 5: launch_tuned<Step5>(s, Q, K, V, O, L, "ladder step 5"); break;
+        case 6: launch_tuned<Step6>(s, Q, K, V, O, L, "ladder step 6"); break;
+        default: launch_tuned<Step7>(s, Q, K, V, O, L, "ladder step 7"); break;
     }
 }
 

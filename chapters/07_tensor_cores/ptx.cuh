@@ -28,6 +28,7 @@
 #include "emulated_ptx.h"
 #else
 #define FA_CH7_KERNELS gpu
+#include "../../common/fast_math.cuh"
 #endif
 
 /// `#pragma unroll` for the next loop (fully unrolled: register arrays need constant indices). A
@@ -99,11 +100,7 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 /// 2^x with the hardware approximation (MUFU.EX2, relative error about 2^-22; 2^-inf = 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
+using fa::fast_exp2;
 
 #endif  // FA_CH7_SM80 && !FA_CH7_EMULATE
 
