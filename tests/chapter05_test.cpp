@@ -155,10 +155,17 @@ TEST_CASE("ch5 extra device memory is O(N): the forward allocates nothing", "[gp
     DeviceAttention<float> d(p);
     for (int variant : {ch5::kReadable, ch5::kTuned}) {
         run_kernel(d, p, variant);  // first launch loads the module: not part of the measure
-        const std::size_t before = device_free_bytes();
-        ch5::forward(variant, p.shape, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get());
-        CUDA_CHECK(cudaDeviceSynchronize());
+        // Free memory is device-wide: another process (make sanitize runs several test binaries
+        // at once) can move it during a forward. A forward that keeps memory lowers it on every
+        // try, so one try with no change is the pass.
+        bool unchanged = false;
+        for (int attempt = 0; attempt < 5 && !unchanged; ++attempt) {
+            const std::size_t before = device_free_bytes();
+            ch5::forward(variant, p.shape, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get());
+            CUDA_CHECK(cudaDeviceSynchronize());
+            unchanged = device_free_bytes() == before;
+        }
         INFO("kernel " << variant << ": N x N floats would be " << double(N) * N * 4 / 1e6 << " MB");
-        CHECK(device_free_bytes() == before);
+        CHECK(unchanged);
     }
 }
