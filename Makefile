@@ -164,7 +164,7 @@ plots:
 	@$(PYTHON) tools/plot_results.py $(if $(CSV),--csv "$(CSV)")
 
 results-table:
-	@$(PYTHON) tools/update_readme_table.py $(if $(CSV),--csv "$(CSV)")
+	@$(PYTHON) tools/update_readme_table.py $(foreach c,$(CSV),--csv "$(c)")
 
 compare: chapter3 chapter4 chapter5 chapter7
 	@$(PYTHON) tools/compare_pytorch.py $(COMPARE_ARGS)
@@ -194,7 +194,8 @@ help:
 	@echo "                       BENCH_CHAPTERS, BENCH_D, BENCH_N, BENCH_CAUSAL, BENCH_REPEAT narrow it;"
 	@echo "                       BENCH_DRY_RUN=1 prints the commands only"
 	@echo "  make plots           PNG figures of a results file into docs/figures (CSV=file; needs matplotlib)"
-	@echo "  make results-table   rewrite README.md's results section from a results file (CSV=file)"
+	@echo "  make results-table   rewrite README.md's results section from a results file (CSV=file;"
+	@echo "                      CSV=\"full.csv partial.csv\": the partial run's chapters replace the full one's)"
 	@echo "  make compare         the course's kernels next to PyTorch's SDPA (needs torch; COMPARE_ARGS=--quick)"
 	@echo "Docs"
 	@echo "  make docs            HTML docs with Doxygen into $(BUILD)/docs/html"

@@ -5,6 +5,7 @@
   tools/update_readme_table.py                           the newest results/*.csv into README.md
   tools/update_readme_table.py --csv FILE --readme README.md
   tools/update_readme_table.py --csv FILE --print        print the block, change nothing
+  tools/update_readme_table.py --csv FULL --csv PARTIAL  PARTIAL's chapters replace FULL's rows
 
 Per chapter, variant and dtype: TF/s at a few shapes (D = 64 and 128, N = 1024 and 8192,
 non-causal and causal), the speedup over chapter 3's fastest variant at the same shape, and the
@@ -93,13 +94,23 @@ def table(rows, pass_name, causal):
     return lines
 
 
-def block(header, rows, csv_rel, figures_dir):
-    gpu = header.get("gpu", "unknown GPU")
-    lines = [
-        "Measured on **%s** (driver %s; CUDA %s), %s, with `%s`; all rows: [`%s`](%s)."
-        % (gpu, header.get("driver", "unknown"), header.get("cuda_version", "unknown"),
-           header.get("date", "unknown date")[:10], header.get("command", "unknown command"),
-           csv_rel, csv_rel),
+def provenance(header, csv_rel):
+    return ("**%s** (driver %s; CUDA %s), %s, with `%s`; all rows: [`%s`](%s)"
+            % (header.get("gpu", "unknown GPU"), header.get("driver", "unknown"),
+               header.get("cuda_version", "unknown"), header.get("date", "unknown date")[:10],
+               header.get("command", "unknown command"), csv_rel, csv_rel))
+
+
+def block(sources, rows, figures_dir):
+    """sources: (header, csv_rel, chapters taken from it) per file, in order."""
+    if len(sources) == 1:
+        first = ["Measured on %s." % provenance(sources[0][0], sources[0][1])]
+    else:
+        first = ["Measured in %d runs; each chapter's rows come from one of them (speedups across "
+                 "runs compare different processes on the same GPU model):" % len(sources), ""]
+        first += ["* chapters %s: %s" % (", ".join(map(str, chapters)), provenance(h, rel))
+                  for h, rel, chapters in sources]
+    lines = first + [
         "",
         "Each cell: TF/s (speedup over chapter 3's fastest fp32 kernel at the same shape — for the "
         "backward pass, over the naive backward —, percentage of the fastest kernel of that pass at "
@@ -130,26 +141,34 @@ def replace_block(text, new_block, path):
 
 def main(argv):
     p = argparse.ArgumentParser(description="README results table from a benchmark CSV.")
-    p.add_argument("--csv", default="", help="results file (default: the newest results/*.csv)")
+    p.add_argument("--csv", action="append", default=[],
+                   help="results file (default: the newest results/*.csv); given again, the later "
+                        "file's chapters replace the earlier files' rows of those chapters")
     p.add_argument("--readme", default=os.path.join(ROOT, "README.md"), help="file with the markers")
     p.add_argument("--print", dest="print_only", action="store_true", help="print the block only")
     opts = p.parse_args(argv)
-    path = opts.csv or results_csv.newest_csv(os.path.join(ROOT, "results"))
-    if not path:
+    paths = opts.csv or [results_csv.newest_csv(os.path.join(ROOT, "results"))]
+    if not paths[0]:
         print("update_readme_table: no results/*.csv yet; run 'make bench' first, or pass CSV=file",
               file=sys.stderr)
         return 1
-    try:
-        header, rows = results_csv.read_results(path)
-    except results_csv.ResultsError as e:
-        print("update_readme_table: %s" % e, file=sys.stderr)
-        return 1
-    if not rows:
-        print("update_readme_table: %s has no rows" % path, file=sys.stderr)
-        return 1
     readme_dir = os.path.dirname(os.path.abspath(opts.readme))
-    csv_rel = os.path.relpath(os.path.abspath(path), readme_dir).replace(os.sep, "/")
-    new_block = block(header, rows, csv_rel, os.path.join(readme_dir, "docs", "figures"))
+    rows, sources = [], []
+    for path in paths:
+        try:
+            header, mine = results_csv.read_results(path)
+        except results_csv.ResultsError as e:
+            print("update_readme_table: %s" % e, file=sys.stderr)
+            return 1
+        if not mine:
+            print("update_readme_table: %s has no rows" % path, file=sys.stderr)
+            return 1
+        chapters = sorted({r["chapter"] for r in mine})
+        rows = [r for r in rows if r["chapter"] not in chapters] + mine
+        sources = [(h, rel, [c for c in cs if c not in chapters]) for h, rel, cs in sources]
+        csv_rel = os.path.relpath(os.path.abspath(path), readme_dir).replace(os.sep, "/")
+        sources = [s for s in sources if s[2]] + [(header, csv_rel, chapters)]
+    new_block = block(sources, rows, os.path.join(readme_dir, "docs", "figures"))
     if opts.print_only:
         print(new_block)
         return 0
@@ -164,7 +183,7 @@ def main(argv):
         with open(opts.readme, "w") as f:
             f.write(updated)
     print("update_readme_table: %s %s from %s (%d rows)"
-          % ("updated" if updated != text else "unchanged", opts.readme, path, len(rows)))
+          % ("updated" if updated != text else "unchanged", opts.readme, " + ".join(paths), len(rows)))
     return 0
 
 
