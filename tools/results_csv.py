@@ -71,9 +71,16 @@ def read_results(path):
 
 
 def newest_csv(folder):
-    """The most recently modified results/*.csv, or None."""
-    files = [p for p in glob.glob(os.path.join(folder, "*.csv")) if os.path.isfile(p)]
-    return max(files, key=os.path.getmtime) if files else None
+    """The benchmark file in folder (*.csv with the benchmark's columns; PyTorch comparisons and
+    other files are skipped) whose header date is the latest (file time when it has none), or None."""
+    found = []
+    for path in glob.glob(os.path.join(folder, "*.csv")):
+        try:
+            header, _ = read_results(path)
+        except ResultsError:
+            continue
+        found.append((header.get("date", ""), os.path.getmtime(path), path))
+    return max(found)[2] if found else None
 
 
 def series_key(row):
