@@ -70,6 +70,14 @@ def read_results(path):
     return header, rows
 
 
+def read_rows(path):
+    """read_results, and a ResultsError when the file has no rows."""
+    header, rows = read_results(path)
+    if not rows:
+        raise ResultsError("%s has no rows" % path)
+    return header, rows
+
+
 def newest_csv(folder):
     """The benchmark file in folder (*.csv with the benchmark's columns; PyTorch comparisons and
     other files are skipped) whose header date is the latest (file time when it has none), or None."""
