@@ -29,21 +29,24 @@ using LadderConfig = MmaConfig<Step, D, 4, 1, 64, (Step >= 4 ? 2 : 1), false>;
 /// at most 255. FlashAttention-2's own shapes (B_r = 128 with B_c = 128 for D = 64 and B_c = 64
 /// for D = 128) spill a few registers in this kernel. The last D = 128 candidate is that shape:
 /// 48 bytes of spill stores on sm_90, and 5% faster than candidate 0 in the sweep (README, step 6),
-/// but the course's rule is no spills in a default kernel. Every other candidate compiles without
-/// spills for sm_80..sm_90.
+/// but the course's rule is no spills in a default kernel. The last candidate of each list is 8
+/// warps of 2 m-tiles (B_r = 256): each K/V tile loaded once for twice the rows. Every candidate but
+/// D = 128's candidate 6 compiles without spills for sm_80..sm_90.
 using Candidates64 = ConfigList<MmaConfig<6, 64, 4, 2, 64, 2, false>,   //
                                 MmaConfig<6, 64, 4, 2, 64, 2, true>,    //
                                 MmaConfig<6, 64, 4, 2, 64, 3, true>,    //
                                 MmaConfig<6, 64, 4, 1, 128, 2, true>,   //
                                 MmaConfig<6, 64, 4, 1, 64, 3, true>,    //
-                                MmaConfig<6, 64, 8, 1, 64, 2, true>>;
+                                MmaConfig<6, 64, 8, 1, 64, 2, true>,    //
+                                MmaConfig<6, 64, 8, 2, 64, 2, true>>;
 using Candidates128 = ConfigList<MmaConfig<6, 128, 4, 2, 32, 2, false>,  //
                                  MmaConfig<6, 128, 4, 2, 32, 3, false>,  //
                                  MmaConfig<6, 128, 4, 1, 64, 2, true>,   //
                                  MmaConfig<6, 128, 4, 1, 32, 2, false>,  //
                                  MmaConfig<6, 128, 8, 1, 64, 2, false>,  //
                                  MmaConfig<6, 128, 8, 1, 32, 2, true>,   //
-                                 MmaConfig<6, 128, 4, 2, 64, 2, false>>;
+                                 MmaConfig<6, 128, 4, 2, 64, 2, false>,  //
+                                 MmaConfig<6, 128, 8, 2, 32, 2, false>>;
 
 /// Variant 6's default candidate per head dim, from `./chapter7 --sweep` on an H200 (README, step 6):
 /// D = 64, candidate 2 (333 TF/s against 320 for candidate 0); D = 128, candidate 0 (351 TF/s; 3

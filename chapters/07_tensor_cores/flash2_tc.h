@@ -71,6 +71,11 @@ struct KernelResources {
 template <class T>
 KernelResources kernel_resources(int variant, int D, int candidate = -1);
 
+/// The rate of mma.sync.m16n8k16 alone on this GPU (TF/s, median of `repeat` runs): register
+/// operands, independent accumulators, one full wave of blocks (mma_peak.cu). Every FLOP of
+/// variants 2–6 is such an mma, so this is the most they can reach. Needs compute capability 8.0+.
+template <class T>
+double mma_sync_tflops(int repeat);
 /// O = softmax(Q Kᵀ·scale) V and L = rowwise logsumexp (natural log) on the default stream, for
 /// device arrays; the shape must be supported (unsupported_reason) and the device too.
 template <class T>

@@ -13,7 +13,8 @@
 //   4  cp-async     flash_tc.cuh        cp.async K/V pipeline, two buffers: tile j+1 loads while
 //                   tile_io.cuh         tile j computes
 //   5  exp2         online_softmax.cuh  2^(x·c − m·c) with c = scale·log2 e (FFMA + EX2); O rescaled
-//                                       only when a row max moved; l reduced over the quad once
+//                                       only when a row max moved; l reduced over the quad once;
+//                                       a lane's row max and sum as trees, not dependent chains
 //   6  tuned        configs.h           tiles per head dim (--sweep times the candidates), causal
 //                                       query blocks launched heaviest first
 // Variants 2–6 are one kernel template, flash_tc_kernel<T, MmaConfig<Step, ...>>: `Step` switches

@@ -3,7 +3,7 @@
 //   make chapter7 && ./chapter7                                   kernel 6 (tuned), bf16, D = 64
 //   ./chapter7 --kernel 3 --dtype fp16 --dim 128 --causal         one step of the ladder
 //   ./chapter7 --ladder --bench --seq 8192 --batch 4 --heads 8 --dim 128
-//                                                                 every step, and the cuBLAS GEMM rate
+//                                                                 every step, the cuBLAS GEMM and mma.sync rates
 //   ./chapter7 --sweep --seq 8192 --batch 4 --heads 8 --dim 128   time variant 6's tile candidates
 //   ./chapter7 --kernel 6 --tiles 2                               variant 6 with candidate 2
 //
@@ -100,19 +100,25 @@ std::vector<Job> jobs_of(const Options& o, int D) {
     return jobs;
 }
 
-void print_summary(const std::vector<Row>& rows, double gemm) {
+/// The two ceilings --bench measures (TF/s; 0 when not measured).
+struct Ceilings {
+    double gemm = 0;  ///< cuBLAS GEMM (wgmma on Hopper)
+    double mma = 0;   ///< mma.sync alone, the instruction variants 2–6 are built on
+};
+
+void print_summary(const std::vector<Row>& rows, const Ceilings& c) {
     std::printf("\n%-22s %-66s %5s %6s %7s %4s %10s %9s", "kernel", "tiles", "regs", "spill", "smem KB",
                 "blk", "median ms", "TF/s");
-    if (gemm > 0) std::printf(" %9s", "% of GEMM");
+    if (c.gemm > 0) std::printf(" %9s %9s", "% of GEMM", "% of mma");
     std::printf("  check\n");
     for (const Row& r : rows) {
         std::printf("%-22s %-66s %5d %6zu %7.1f %4d", r.name.c_str(), r.tiles.c_str(), r.res.registers,
                     r.res.local_bytes, r.res.smem_bytes / 1024.0, r.res.blocks_per_sm);
         if (r.timed) std::printf(" %10.4f %9.2f", r.median_ms, r.tflops);
         else std::printf(" %10s %9s", "-", "-");
-        if (gemm > 0) {
-            if (r.timed) std::printf(" %8.1f%%", 100.0 * r.tflops / gemm);
-            else std::printf(" %9s", "-");
+        if (c.gemm > 0) {
+            if (r.timed) std::printf(" %8.1f%% %8.1f%%", 100.0 * r.tflops / c.gemm, 100.0 * r.tflops / c.mma);
+            else std::printf(" %9s %9s", "-", "-");
         }
         std::printf("  %s\n", !r.checked ? "skipped" : r.passed ? "PASS" : "FAIL");
     }
@@ -187,12 +193,13 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
     }
     if (!run_args.save_npy.empty()) fa::save_forward_npy(run_args.save_npy, p, d.O_host(), d.L_host());
 
-    double gemm = 0;
+    Ceilings ceilings;
     if (o.bench && !run_args.no_bench) {
         std::printf("\n");
-        gemm = gemm_tflops<T>(timer, run_args.repeat);
+        ceilings.gemm = gemm_tflops<T>(timer, run_args.repeat);
+        ceilings.mma = ch7::mma_sync_tflops<T>(run_args.repeat);
     }
-    if (rows.size() > 1 || gemm > 0) print_summary(rows, gemm);
+    if (rows.size() > 1 || ceilings.gemm > 0) print_summary(rows, ceilings);
     std::printf("%s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }
@@ -215,7 +222,7 @@ int main(int argc, char** argv) {
                -1, 63);
     cli.flag("--ladder", &o.ladder, "run every kernel 1..6 (default tiles) and print a table");
     cli.flag("--sweep", &o.sweep, "run every tile candidate of kernel 6 and print a table");
-    cli.flag("--bench", &o.bench, "also time a cuBLAS GEMM (8192^3) for the % of GEMM column");
+    cli.flag("--bench", &o.bench, "also time a cuBLAS GEMM (8192^3) and mma.sync alone, for the % of GEMM and % of mma columns");
     cli.parse(argc, argv);
     if (o.dtype != "fp16" && o.dtype != "bf16") {
         std::fprintf(stderr, "chapter7: error: --dtype must be fp16 or bf16 (got '%s')\n", o.dtype.c_str());

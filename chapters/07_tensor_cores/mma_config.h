@@ -10,7 +10,7 @@ namespace ch7 {
 ///   3  ldmatrix (.trans for V) from XOR-swizzled shared memory
 ///   4  cp.async K/V pipeline of `Stages` buffers
 ///   5  exp2 with the softmax scale folded into log2(e); O rescaled only when a row max moved;
-///      the row sums l reduced across the quad once, at the end
+///      the row sums l reduced across the quad once, at the end; row max and sum as trees
 ///   6  causal blocks scheduled heaviest first; tiles chosen per head dim (tuning_candidates)
 /// The tile: `Warps` warps, each owning `MTiles` m-tiles of 16 query rows (B_r = 16·MTiles·Warps),
 /// `Bc` keys per K/V tile, Q fragments kept in registers for the whole loop when `QInRegs`.

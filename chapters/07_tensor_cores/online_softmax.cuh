@@ -46,6 +46,23 @@ __device__ __forceinline__ float tile_row_max(const float (&S)[Cfg::kMTiles][Cfg
     return fa::group_max<4>(mx);
 }
 
+/// op over the lane's 2·(B_c/8) entries of row (mt, h), as a tree: log2 steps of independent
+/// operations instead of one chain of dependent ones (each waits for the last to finish).
+template <class Cfg, class Op>
+__device__ __forceinline__ float lane_row_reduce(const float (&S)[Cfg::kMTiles][Cfg::Bc / 8][4], int mt,
+                                                 int h, Op op) {
+    constexpr int NT = Cfg::Bc / 8;
+    static_assert((NT & (NT - 1)) == 0, "lane_row_reduce: B_c / 8 is a power of two");
+    float v[NT];
+    FA_UNROLL
+    for (int n = 0; n < NT; ++n) v[n] = op(S[mt][n][2 * h], S[mt][n][2 * h + 1]);
+    FA_UNROLL
+    for (int w = NT / 2; w > 0; w /= 2)
+        FA_UNROLL
+        for (int n = 0; n < w; ++n) v[n] = op(v[n], v[n + w]);
+    return v[0];
+}
+
 /// O rows (mt, h) times alpha.
 template <class Cfg>
 __device__ __forceinline__ void rescale_row(float (&O)[Cfg::kMTiles][Cfg::D / 8][4], int mt, int h, float alpha) {
@@ -60,7 +77,8 @@ __device__ __forceinline__ void rescale_row(float (&O)[Cfg::kMTiles][Cfg::D / 8]
 /// Steps 2–4: expf(x·scale − m) with m scaled; the quad-sum of l and the O rescale every tile.
 /// Step 5: P̃ = 2^(x·c − m·c) with c = scale·log2(e): one FFMA and one MUFU.EX2 per score; O and l
 /// are rescaled only when some row max of the warp moved (alpha = 1 exactly otherwise, so skipping
-/// changes no bit); l stays a per-lane partial sum.
+/// changes no bit); l stays a per-lane partial sum; the lane's share of a row max and of a row sum
+/// is taken as a tree (lane_row_reduce), not as one dependent chain.
 template <class Cfg>
 __device__ __forceinline__ void online_softmax(float (&S)[Cfg::kMTiles][Cfg::Bc / 8][4],
                                                RowStats<Cfg>& st,
@@ -94,21 +112,20 @@ __device__ __forceinline__ void online_softmax(float (&S)[Cfg::kMTiles][Cfg::Bc 
         for (int mt = 0; mt < MT; ++mt)
             FA_UNROLL
             for (int h = 0; h < 2; ++h) {
-                const float m_new = fmaxf(st.m[mt][h], tile_row_max<Cfg>(S, mt, h));
+                const float m_new = fmaxf(st.m[mt][h], fa::group_max<4>(lane_row_reduce<Cfg>(
+                    S, mt, h, [](float a, float b) { return fmaxf(a, b); })));
                 moved |= m_new != st.m[mt][h];
                 alpha[mt][h] = fast_exp2((st.m[mt][h] - m_new) * scale_log2);
                 st.m[mt][h] = m_new;
                 const float mc = m_new * scale_log2;
-                float sum = 0.0f;
                 FA_UNROLL
                 for (int n = 0; n < NT; ++n)
                     FA_UNROLL
                     for (int e = 0; e < 2; ++e) {
                         float& x = S[mt][n][2 * h + e];
                         x = fast_exp2(fmaf(x, scale_log2, -mc));
-                        sum += x;
                     }
-                tile_sum[mt][h] = sum;
+                tile_sum[mt][h] = lane_row_reduce<Cfg>(S, mt, h, [](float a, float b) { return a + b; });
             }
         if (__any_sync(0xffffffffu, moved)) {
             FA_UNROLL
