@@ -539,6 +539,16 @@ TEST_CASE("no variant writes past the end of O or L", "[gpu][chapter7]") {
         }
 }
 
+TEST_CASE("mma.sync peak: a finite, positive rate for both dtypes", "[gpu][chapter7]") {
+    REQUIRE(have_sm80());
+    // A launch or FLOP-count mistake shows here; the rate itself is a measurement (README, "How far
+    // mma.sync can go"), so only its sign and finiteness are checked, not a number.
+    for (double tflops : {mma_sync_tflops<__half>(3), mma_sync_tflops<__nv_bfloat16>(3)}) {
+        CHECK(std::isfinite(tflops));
+        CHECK(tflops > 0.0);
+    }
+}
+
 TEST_CASE("large scores: the running max keeps exp finite", "[gpu][chapter7]") {
     REQUIRE(have_sm80());
     // magnitude 4: scores reach several hundred, e^S alone overflows fp32 (and P in fp16)

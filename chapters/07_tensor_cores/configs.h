@@ -28,7 +28,7 @@ using LadderConfig = MmaConfig<Step, D, 4, 1, 64, (Step >= 4 ? 2 : 1), false>;
 /// budget per lane ≈ O (m_tiles·D/2) + S (m_tiles·B_c/2) + Q (m_tiles·D/4 if kept) + addresses,
 /// at most 255. FlashAttention-2's own shapes (B_r = 128 with B_c = 128 for D = 64 and B_c = 64
 /// for D = 128) spill a few registers in this kernel. The last D = 128 candidate is that shape:
-/// 48 bytes of spill stores on sm_90, and 5% faster than candidate 0 in the sweep (README, step 6),
+/// 32 bytes of spill stores on sm_90, and 5% faster than candidate 0 in the sweep (README, step 6),
 /// but the course's rule is no spills in a default kernel. The last candidate of each list is 8
 /// warps of 2 m-tiles (B_r = 256): each K/V tile loaded once for twice the rows. Every candidate but
 /// D = 128's candidate 6 compiles without spills for sm_80..sm_90.
