@@ -4,11 +4,12 @@ PyTorch). Times torch.autograd.grad through scaled_dot_product_attention with tw
 'efficient' (a fused fp32 backward, CUTLASS) and 'math' (P materialized by the forward and kept by
 autograd, like chapter 6's naive backward), TF32 off. Median of 10 timed runs after 2 warm-ups,
 CUDA events; FLOPs as chapter 6 counts them (2.5 x 4*B*H*N^2*D, half when causal); shapes of the
-course's grid (batch*N = 16384 tokens, heads = 2048/D).
+course's grid (batch*N = 16384 tokens, heads = 2048/D). Timing only: chapter 6's tests check its
+gradients against the float64 reference.
 
     python3 tools/pytorch_backward.py
 """
-import sys, torch
+import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False

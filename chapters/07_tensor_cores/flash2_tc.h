@@ -76,6 +76,7 @@ KernelResources kernel_resources(int variant, int D, int candidate = -1);
 /// variants 2–6 is such an mma, so this is the most they can reach. Needs compute capability 8.0+.
 template <class T>
 double mma_sync_tflops(int repeat);
+
 /// O = softmax(Q Kᵀ·scale) V and L = rowwise logsumexp (natural log) on the default stream, for
 /// device arrays; the shape must be supported (unsupported_reason) and the device too.
 template <class T>

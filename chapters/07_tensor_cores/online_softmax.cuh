@@ -37,7 +37,9 @@ __device__ __forceinline__ void init_rows(RowStats<Cfg>& st) {
         for (int h = 0; h < 2; ++h) st.m[mt][h] = -INFINITY, st.l[mt][h] = 0.0f;
 }
 
-/// Max of the lane's entries of row (mt, h) over the quad: the row max of S over the tile.
+/// Max of the lane's entries of row (mt, h) over the quad: the row max of S over the tile, as one
+/// chain of fmaxf. Steps 2–4 keep it as the ladder measured them; step 5 on takes the same max as a
+/// tree (lane_row_reduce, below).
 template <class Cfg>
 __device__ __forceinline__ float tile_row_max(const float (&S)[Cfg::kMTiles][Cfg::Bc / 8][4], int mt, int h) {
     float mx = -INFINITY;
