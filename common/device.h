@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,6 +117,21 @@ void allow_dynamic_smem(Kernel kernel, std::size_t bytes, const char* what) {
     }
     CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+/// allow_dynamic_smem for `kernel` the first time it is called with it, nothing afterwards: the
+/// launch code of every chapter calls it before each launch (reading the device properties once
+/// per kernel, not once per launch); asked for more bytes later, it raises the limit again.
+template <class Kernel>
+void allow_dynamic_smem_once(Kernel kernel, std::size_t bytes, const char* what) {
+    static std::mutex mutex;
+    static std::map<const void*, std::size_t> allowed;
+    std::lock_guard<std::mutex> lock(mutex);
+    const void* key = reinterpret_cast<const void*>(kernel);
+    const auto it = allowed.find(key);
+    if (it != allowed.end() && it->second >= bytes) return;
+    allow_dynamic_smem(kernel, bytes, what);
+    allowed[key] = bytes;
 }
 
 /// An owning device array of n elements of T (move-only).

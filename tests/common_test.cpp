@@ -14,6 +14,8 @@
 
 #include "../common/attention.h"
 #include "../common/cli.h"
+#include "../common/dispatch.h"
+#include "../common/math.h"
 #include "../common/npy.h"
 #include "../common/random.h"
 #include "../common/reference.h"
@@ -271,4 +273,25 @@ TEST_CASE("shape: FLOP counts follow FlashAttention's convention", "[cpu][common
     CHECK(make_shape(2, 3, 1024, 64, true).flops_forward() == s.flops_forward() / 2);
     CHECK(s.flops_backward() == 2.5 * s.flops_forward());
     CHECK(s.scale == Approx(0.125));
+}
+
+TEST_CASE("math: ceil_div counts the tiles that cover a length", "[cpu][common]") {
+    CHECK(fa::ceil_div(1, 64) == 1);
+    CHECK(fa::ceil_div(64, 64) == 1);
+    CHECK(fa::ceil_div(65, 64) == 2);
+    CHECK(fa::ceil_div(std::size_t(1) << 40, std::size_t(3)) == ((std::size_t(1) << 40) + 2) / 3);
+    CHECK(std::exp2(2.0f * fa::kLog2e) == Approx(std::exp(2.0f)).epsilon(1e-6));
+}
+
+TEST_CASE("dispatch: a run-time head dim reaches the matching instantiation", "[cpu][common]") {
+    auto as_int = [](auto d) { return int(decltype(d)::value); };
+    CHECK(fa::with_head_dim<64, 128>(64, as_int) == 64);
+    CHECK(fa::with_head_dim<64, 128>(128, as_int) == 128);
+    CHECK(fa::matching_head_dim<64, 128>(96, fa::DimMatch::kExact) == 0);
+    CHECK(fa::matching_head_dim<32, 64, 96, 128>(80, fa::DimMatch::kPadded) == 96);
+    CHECK(fa::matching_head_dim<32, 64, 96, 128>(129, fa::DimMatch::kPadded) == 0);
+    CHECK(fa::with_head_dim<32, 64, 96, 128>(33, as_int, fa::DimMatch::kPadded) == 64);
+    int seen = 0;
+    fa::with_head_dim<64, 128>(128, [&](auto d) { seen = decltype(d)::value; });
+    CHECK(seen == 128);
 }
