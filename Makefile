@@ -1,7 +1,7 @@
 # FlashAttention, step by step: build, tests, sanitizer, docs.   `make help` lists the targets.
 #
 # Layout: chapters/NN_name/ holds a chapter (main.cu or main.cpp is its program, every other .cu and
-# .cpp file is its code); tests/chapterNN_test.cpp are its tests. Objects go to build/, programs to
+# .cpp file in it or its subfolders is its code); tests/chapterNN_test.cpp are its tests. Objects go to build/, programs to
 # ./chapterN. Dependencies are tracked per file (-MMD), so editing one chapter rebuilds that chapter
 # and what links it only, and `make -j` is safe.
 
@@ -32,7 +32,8 @@ endif
 
 # ---- flags --------------------------------------------------------------------------------------
 NVCCFLAGS := -std=c++17 -O3 -lineinfo -MMD -MP $(GENCODE) -Xcompiler -Wall,-Wextra $(EXTRA_NVCCFLAGS)
-CXXFLAGS := -std=c++17 -O3 -MMD -MP -Wall -Wextra -isystem $(CUDA_HOME)/include
+# -Wno-unknown-pragmas: the CPU emulator compiles the kernels' `#pragma unroll` with g++.
+CXXFLAGS := -std=c++17 -O3 -MMD -MP -Wall -Wextra -Wno-unknown-pragmas -isystem $(CUDA_HOME)/include
 CATCH2_FLAGS := $(if $(CATCH2_INCLUDE),-isystem $(CATCH2_INCLUDE))
 LDFLAGS := -L$(CUDA_HOME)/lib64
 LDLIBS := -lcublas -lcudart
@@ -55,7 +56,7 @@ USES_6 := 2 3 4 5
 USES_7 :=
 
 main_src = $(wildcard $(call dir_of,$(1))/main.cu $(call dir_of,$(1))/main.cpp)
-lib_srcs = $(filter-out %/main.cu %/main.cpp,$(wildcard $(call dir_of,$(1))/*.cu $(call dir_of,$(1))/*.cpp))
+lib_srcs = $(filter-out %/main.cu %/main.cpp,$(shell find $(call dir_of,$(1)) -name '*.cu' -o -name '*.cpp' | sort))
 lib_objs = $(call obj,$(call lib_srcs,$(1)))
 link_objs = $(call lib_objs,$(1)) $(foreach u,$(USES_$(1)),$(call lib_objs,$(u)))
 test_src = $(wildcard tests/chapter$(call two_digits,$(1))_test.cpp)
@@ -80,7 +81,7 @@ $(call test_bin,$(1)): $(call obj,$(call test_src,$(1))) $(TEST_MAIN) $(call lin
 endif
 .PHONY: test-chapter$(1)
 test-chapter$(1): $(call test_bin,$(1))
-	@tests/run_tests.sh $$^ -- $$(TEST_ARGS)
+	@tests/run_tests.sh $$^ -- $$(if $$(VARIANT),"[v$$(VARIANT)]") $$(TEST_ARGS)
 chapter$(1).sass: $(call lib_objs,$(1))
 	cuobjdump -sass $$^ > $$@
 	@echo "wrote $$@ (SASS of $$^)"
@@ -180,6 +181,8 @@ help:
 	@echo "  make test            build everything, run every test binary; ends with 'N passed, M failed'"
 	@echo "  make test-chapterN   build and run one chapter's tests (what to rerun after editing its kernel)"
 	@echo "                       TEST_ARGS='[cpu]' (or any Catch2 test spec) narrows a run"
+	@echo "  make test-chapterN VARIANT=k  only the tests of kernel variant k (chapters 5 and 7: the one"
+	@echo "                       you edited), on the CPU emulator and, with a GPU, on the GPU"
 	@echo "  make sanitize        compute-sanitizer memcheck, racecheck, synccheck, initcheck over every"
 	@echo "                       GPU chapter's tests on small shapes (says so and exits 0 without a GPU)"
 	@echo "  make exercise CH=N BUG=K  plant bug K of chapter N in a copy (exercises-work/) and run its tests;"

@@ -9,11 +9,11 @@
 #include "../../common/device.h"
 #include "../../common/dtype.h"
 #include "building_blocks.h"
-#include "layout.h"
-#include "mma_config.h"
-#include "ptx.cuh"
-#include "tile_io.cuh"
-#include "warp_tile.cuh"
+#include "../../common/tensor_core/layout.h"
+#include "kernel/tile_config.h"
+#include "../../common/tensor_core/ptx.cuh"
+#include "../../common/tensor_core/tile_io.cuh"
+#include "kernel/warp_tile.cuh"
 
 namespace ch7::blocks {
 
@@ -27,18 +27,18 @@ using UnitConfig = MmaConfig<Step, D, 4, 1, 16, 1, false>;
 
 template <class T>
 __global__ void mma_tile_kernel(const float* A, const float* B, float* C) {
-#if FA_CH7_SM80
+#if FA_TC_SM80
     const int lane = int(threadIdx.x);
     uint32_t a[4], b[2];
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int r = 0; r < 4; ++r)
-        a[r] = pack2<T>(A[frag_a_row(lane, r) * 16 + frag_a_col(lane, r, 0)],
-                        A[frag_a_row(lane, r) * 16 + frag_a_col(lane, r, 1)]);
+        a[r] = tc::pack2<T>(A[tc::frag_a_row(lane, r) * 16 + tc::frag_a_col(lane, r, 0)],
+                        A[tc::frag_a_row(lane, r) * 16 + tc::frag_a_col(lane, r, 1)]);
     for (int r = 0; r < 2; ++r)
-        b[r] = pack2<T>(B[frag_b_row(lane, r, 0) * 8 + frag_b_col(lane)],
-                        B[frag_b_row(lane, r, 1) * 8 + frag_b_col(lane)]);
-    mma_m16n8k16<T>(d, a, b);
-    for (int i = 0; i < 4; ++i) C[frag_c_row(lane, i) * 8 + frag_c_col(lane, i)] = d[i];
+        b[r] = tc::pack2<T>(B[tc::frag_b_row(lane, r, 0) * 8 + tc::frag_b_col(lane)],
+                        B[tc::frag_b_row(lane, r, 1) * 8 + tc::frag_b_col(lane)]);
+    tc::mma_m16n8k16<T>(d, a, b);
+    for (int i = 0; i < 4; ++i) C[tc::frag_c_row(lane, i) * 8 + tc::frag_c_col(lane, i)] = d[i];
 #else
     __trap();
 #endif
@@ -47,10 +47,10 @@ __global__ void mma_tile_kernel(const float* A, const float* B, float* C) {
 /// Loads a 16-row tile into shared memory the way the attention kernels do (cp.async).
 template <class Cfg>
 __device__ void load_unit_tile(uint16_t* s, const uint16_t* tile, int valid_rows) {
-#if FA_CH7_SM80
-    load_tile<16, Cfg::D, kThreads, Cfg::kLdmatrix, Copy::kAsync>(s, tile, 0, valid_rows);
-    cp_async_commit();
-    cp_async_wait<0>();
+#if FA_TC_SM80
+    tc::load_tile<16, Cfg::D, kThreads, Cfg::kLdmatrix, tc::Copy::kAsync>(s, tile, 0, valid_rows);
+    tc::cp_async_commit();
+    tc::cp_async_wait<0>();
     __syncthreads();
 #endif
 }
@@ -58,7 +58,7 @@ __device__ void load_unit_tile(uint16_t* s, const uint16_t* tile, int valid_rows
 template <int Step, int D>
 __global__ void __launch_bounds__(kThreads) fragments_kernel(const uint16_t* tile, int valid_rows, int op,
                                                              int kk, uint32_t* out) {
-#if FA_CH7_SM80
+#if FA_TC_SM80
     using Cfg = UnitConfig<Step, D>;
     __shared__ __align__(128) uint16_t s[16 * D];
     load_unit_tile<Cfg>(s, tile, valid_rows);
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads) fragments_kernel(const uint16_t* til
 
 template <class T, int Step, int D>
 __global__ void __launch_bounds__(kThreads) scores_kernel(const uint16_t* Q, const uint16_t* K, float* S_out) {
-#if FA_CH7_SM80
+#if FA_TC_SM80
     using Cfg = UnitConfig<Step, D>;
     __shared__ __align__(128) uint16_t Qs[16 * D];
     __shared__ __align__(128) uint16_t Ks[16 * D];
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(const uint16_t* Q, con
     float S[1][2][4];
     scores<T, Cfg>(S, Qs, q, Ks, 0, lane);
     for (int n = 0; n < 2; ++n)
-        for (int i = 0; i < 4; ++i) S_out[frag_c_row(lane, i) * 16 + 8 * n + frag_c_col(lane, i)] = S[0][n][i];
+        for (int i = 0; i < 4; ++i) S_out[tc::frag_c_row(lane, i) * 16 + 8 * n + tc::frag_c_col(lane, i)] = S[0][n][i];
 #else
     __trap();
 #endif
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(const uint16_t* Q, con
 
 template <class T, int Step, int D>
 __global__ void __launch_bounds__(kThreads) pv_kernel(const float* P, const uint16_t* V, float* O_out) {
-#if FA_CH7_SM80
+#if FA_TC_SM80
     using Cfg = UnitConfig<Step, D>;
     __shared__ __align__(128) uint16_t Vs[16 * D];
     load_unit_tile<Cfg>(Vs, V, 16);
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads) pv_kernel(const float* P, const uint
     if (threadIdx.x >= 32) return;
     float S[1][2][4];
     for (int n = 0; n < 2; ++n)
-        for (int i = 0; i < 4; ++i) S[0][n][i] = P[frag_c_row(lane, i) * 16 + 8 * n + frag_c_col(lane, i)];
+        for (int i = 0; i < 4; ++i) S[0][n][i] = P[tc::frag_c_row(lane, i) * 16 + 8 * n + tc::frag_c_col(lane, i)];
     uint32_t packed[1][1][4];
     pack_p<T, Cfg>(packed, S);
     float O[1][D / 8][4];
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) pv_kernel(const float* P, const uint
         for (int i = 0; i < 4; ++i) O[0][d][i] = 0.0f;
     accumulate_pv<T, Cfg>(O, packed, Vs, lane);
     for (int d = 0; d < D / 8; ++d)
-        for (int i = 0; i < 4; ++i) O_out[frag_c_row(lane, i) * D + 8 * d + frag_c_col(lane, i)] = O[0][d][i];
+        for (int i = 0; i < 4; ++i) O_out[tc::frag_c_row(lane, i) * D + 8 * d + tc::frag_c_col(lane, i)] = O[0][d][i];
 #else
     __trap();
 #endif

@@ -24,7 +24,7 @@ enum class Operand {
 };
 
 /// Loads a 16 × D tile of raw 16-bit values (`tile`, row-major; rows ≥ valid_rows are not read
-/// and must come out as zeros) into shared memory with the kernels' load_tile (cp.async, layout of
+/// and must come out as zeros) into shared memory with the kernels' tc::load_tile (cp.async, layout of
 /// `step`: row-major for step 2, swizzled for step ≥ 3), then reads the fragments of `op` at
 /// k-step kk with the kernels' fragment loaders of `step`. Returns lane l's four registers at
 /// [4l .. 4l+3].

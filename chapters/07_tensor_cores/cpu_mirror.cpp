@@ -14,7 +14,7 @@
 
 #include "../../common/parallel.h"
 #include "../../common/reference.h"
-#include "flash2_tc.h"
+#include "chapter7.h"
 
 namespace ch7 {
 

@@ -1,6 +1,6 @@
 /// @file kernel_table.h
 /// @brief Chapter 7: which compiled kernel runs (variant, head dim, tile candidate), shared by the
-/// GPU launcher (kernels.cu) and the CPU emulator (emulated_kernels.cpp) so both run the same tiles.
+/// GPU launcher (launch.cu) and the CPU emulator (emulator/emulated_kernels.cpp) so both run the same tiles.
 #pragma once
 
 #include <cstdint>
@@ -8,13 +8,13 @@
 
 #include <cuda_runtime_api.h>
 
-#include "configs.h"
-#include "flash2_tc.h"
-#include "flash_tc.cuh"
-#include "step1_wmma.cuh"
+#include "kernel/candidates.h"
+#include "chapter7.h"
+#include "kernel/flash_forward.cuh"
+#include "kernel/wmma_forward.cuh"
 
 namespace ch7 {
-inline namespace FA_CH7_KERNELS {
+inline namespace FA_TC_KERNELS {
 
 /// One compiled kernel: its tiles and what launching it needs.
 struct KernelEntry {
@@ -26,7 +26,7 @@ struct KernelEntry {
 template <class T, class Cfg>
 KernelEntry mma_entry() {
     return {TileConfig{Cfg::kWarps, Cfg::kMTiles, Cfg::Bc, Cfg::kStages, Cfg::kQInRegs}, Cfg::kThreads,
-            Cfg::kSmemBytes, Cfg::Br, flash_tc_kernel<T, Cfg>};
+            Cfg::kSmemBytes, Cfg::Br, flash_forward_kernel<T, Cfg>};
 }
 
 template <class T, int D>
@@ -94,5 +94,5 @@ inline dim3 grid_of(const fa::AttnShape& s, const KernelEntry& e) {
     return dim3(unsigned((s.N + e.Br - 1) / e.Br), unsigned(s.H), unsigned(s.B));
 }
 
-}  // namespace FA_CH7_KERNELS
+}  // namespace FA_TC_KERNELS
 }  // namespace ch7

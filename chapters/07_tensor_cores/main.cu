@@ -25,7 +25,7 @@
 #include "../../common/device.h"
 #include "../../common/dtype.h"
 #include "../../common/gpu_timer.h"
-#include "flash2_tc.h"
+#include "chapter7.h"
 
 namespace {
 

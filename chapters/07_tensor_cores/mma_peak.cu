@@ -9,8 +9,8 @@
 #include "../../common/check.h"
 #include "../../common/device.h"
 #include "../../common/gpu_timer.h"
-#include "flash2_tc.h"
-#include "ptx.cuh"
+#include "chapter7.h"
+#include "../../common/tensor_core/ptx.cuh"
 
 namespace ch7 {
 namespace {
@@ -24,7 +24,7 @@ constexpr int kIters = 4096;
 /// that no mma is dead code.
 template <class T>
 __global__ void __launch_bounds__(kPeakThreads) mma_peak_kernel(float* out) {
-#if FA_CH7_SM80
+#if FA_TC_SM80
     const uint32_t x = threadIdx.x * 0x9E3779B9u;
     // High byte 0x38 in each 16-bit half: bf16 values near 2^-15, fp16 values in [0.5, 1): finite,
     // non-zero, and sums that stay far from overflow.
@@ -33,10 +33,10 @@ __global__ void __launch_bounds__(kPeakThreads) mma_peak_kernel(float* out) {
     uint32_t b[2] = {bits ^ 0x40004u, bits ^ 0x50005u};
     float acc[kChains][4] = {};
     for (int it = 0; it < kIters; ++it)
-        FA_UNROLL
-        for (int c = 0; c < kChains; ++c) mma_m16n8k16<T>(acc[c], a, b);
+        #pragma unroll
+        for (int c = 0; c < kChains; ++c) tc::mma_m16n8k16<T>(acc[c], a, b);
     float sum = 0.0f;
-    FA_UNROLL
+    #pragma unroll
     for (int c = 0; c < kChains; ++c) sum += acc[c][0] + acc[c][1] + acc[c][2] + acc[c][3];
     out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
 #else

@@ -1,9 +1,10 @@
 /// @file ptx.cuh
-/// @brief Chapter 7: the few PTX instructions the tensor-core kernels use, each in one small
-/// function (mma.sync, ldmatrix, cp.async, ex2) plus the 16-bit packing of two floats.
+/// @brief The few PTX instructions the tensor-core kernels use (chapter 7 onward), each in one
+/// small function (mma.sync, ldmatrix, cp.async, ex2), plus the 16-bit packing of two floats.
 ///
 /// Everything here needs compute capability 8.0 (bf16 mma, cp.async); the callers compile their
-/// bodies only for `__CUDA_ARCH__ >= 800` (see FA_CH7_SM80).
+/// bodies only for `__CUDA_ARCH__ >= 800` (FA_TC_SM80, build.h). The emulated build gets the same
+/// functions from emulated_ptx.h, written from the PTX ISA.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,36 +14,20 @@
 #include <cstring>
 #include <type_traits>
 
-/// True while nvcc compiles device code for an architecture with bf16 mma.sync and cp.async, or
-/// while the CPU emulator (emulator.h) compiles the kernels for the host.
-#if defined(FA_CH7_EMULATE) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
-#define FA_CH7_SM80 1
+#include "build.h"
+
+#if defined(FA_TC_EMULATE)
+#if !defined(FA_TC_EMULATED_PTX)
+#error "the emulated build includes emulator.h and emulated_ptx.h before the kernel headers"
+#endif
 #else
-#define FA_CH7_SM80 0
+#include "../fast_math.cuh"
 #endif
 
-/// The kernels live in ch7::gpu (nvcc) or ch7::emulated (the CPU emulator), both inline: code
-/// says ch7::flash_tc_kernel either way, and the two builds never share a symbol.
-#if defined(FA_CH7_EMULATE)
-#define FA_CH7_KERNELS emulated
-#include "emulated_ptx.h"
-#else
-#define FA_CH7_KERNELS gpu
-#include "../../common/fast_math.cuh"
-#endif
+namespace tc {
+inline namespace FA_TC_KERNELS {
 
-/// `#pragma unroll` for the next loop (fully unrolled: register arrays need constant indices). A
-/// macro because a host compiler building the emulator warns about the CUDA pragma.
-#if defined(FA_CH7_EMULATE)
-#define FA_UNROLL
-#else
-#define FA_UNROLL _Pragma("unroll")
-#endif
-
-namespace ch7 {
-inline namespace FA_CH7_KERNELS {
-
-#if FA_CH7_SM80 && !defined(FA_CH7_EMULATE)
+#if FA_TC_SM80 && !defined(FA_TC_EMULATE)
 
 /// d += a · b for one m16n8k16 tile: A 16×16 and B 16×8 in T (half or bfloat16), D fp32.
 /// Fragment layouts: layout.h.
@@ -102,7 +87,7 @@ __device__ __forceinline__ void cp_async_wait() {
 /// 2^x with the hardware approximation (MUFU.EX2, relative error about 2^-22; 2^-inf = 0).
 using fa::fast_exp2;
 
-#endif  // FA_CH7_SM80 && !FA_CH7_EMULATE
+#endif  // FA_TC_SM80 && !FA_TC_EMULATE
 
 /// Two floats rounded to T (nearest even) and packed into 32 bits, `lo` in the low half: the
 /// order an mma fragment register wants (lower column or k index first).
@@ -119,5 +104,5 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     return bits;
 }
 
-}  // namespace FA_CH7_KERNELS
-}  // namespace ch7
+}  // namespace FA_TC_KERNELS
+}  // namespace tc

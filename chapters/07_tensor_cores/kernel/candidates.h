@@ -1,11 +1,11 @@
-/// @file configs.h
+/// @file candidates.h
 /// @brief Chapter 7: the tile configurations of variants 2–6, listed once for the GPU launcher
-/// (kernels.cu) and the CPU emulator (emulated_kernels.cpp).
+/// (launch.cu) and the CPU emulator (emulator/emulated_kernels.cpp).
 #pragma once
 
 #include <type_traits>
 
-#include "mma_config.h"
+#include "tile_config.h"
 
 namespace ch7 {
 

@@ -1,34 +1,6 @@
-// Chapter 7: FlashAttention-2 forward on tensor cores, fp16/bf16 in, fp32 accumulation and softmax.
-//
-// The variants (./chapter7 --kernel K; --ladder runs them all; each is kept and measured):
-//   1  wmma         step1_wmma.cuh      nvcuda::wmma 16×16×16 fragments; S stored to shared memory
-//                                       as fp32, P written back as 16-bit and reloaded, P·V stored
-//                                       again and added to O by the lane that owns the row
-//   2  mma-sync     flash_tc.cuh        mma.sync.m16n8k16 through inline PTX (ptx.cuh): S, P and O
-//                   warp_tile.cuh       stay in registers; P is rounded to 16 bits and reused as the
-//                   online_softmax.cuh  A operand of P·V; row max/sum with two quad shuffles.
-//                                       Fragments are read pair by pair from row-major tiles.
-//   3  ldmatrix     warp_tile.cuh       ldmatrix.x4 (.trans for V) from XOR-swizzled tiles: one
-//                   layout.h            instruction per 4 fragment registers, no bank conflicts
-//   4  cp-async     flash_tc.cuh        cp.async K/V pipeline, two buffers: tile j+1 loads while
-//                   tile_io.cuh         tile j computes
-//   5  exp2         online_softmax.cuh  2^(x·c − m·c) with c = scale·log2 e (FFMA + EX2); O rescaled
-//                                       only when a row max moved; l reduced over the quad once;
-//                                       a lane's row max and sum as trees, not dependent chains
-//   6  tuned        configs.h           tiles per head dim (--sweep times the candidates), causal
-//                                       query blocks launched heaviest first
-// Variants 2–6 are one kernel template, flash_tc_kernel<T, MmaConfig<Step, ...>>: `Step` switches
-// the features on cumulatively (mma_config.h), so each step's change sits in one `if constexpr`.
-//
-// Who owns what (variants 2–6): warp w owns 16·m_tiles query rows of the block's Q tile; lane
-// 4g + t holds rows g and g + 8 of each of its m-tiles and, in every 8-wide column tile of S and
-// O, columns 2t and 2t + 1 (layout.h has the picture). K_j and V_j are shared by the whole block.
-//
-// Run on a GPU:   ./chapter7 --kernel K [--dtype fp16|bf16] [--dim 64|128] [--causal] ...
-// Run on the CPU: ch7::forward_emulated (emulator.h) executes this same source lane by lane; the
-//                 [cpu] tests use it, so a kernel change is tested even without a GPU.
-//
-// This file: the launch (the kernel table is kernel_table.h, the tiles configs.h).
+// Chapter 7: the launch of the forward kernels (kernel/ holds them; kernel/flash_forward.cuh lists
+// the variants): which compiled kernel runs (kernel_table.h), its shared-memory limit raised once,
+// the grid, and the device checks.
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -37,7 +9,7 @@
 
 #include "../../common/check.h"
 #include "../../common/device.h"
-#include "flash2_tc.h"
+#include "chapter7.h"
 #include "kernel_table.h"
 
 namespace ch7 {

@@ -10,14 +10,14 @@
 
 #include <cstdint>
 
-#include "../../common/warp.cuh"
-#include "layout.h"
-#include "ptx.cuh"
+#include "../../../common/warp.cuh"
+#include "../../../common/tensor_core/layout.h"
+#include "../../../common/tensor_core/ptx.cuh"
 
 namespace ch7 {
-inline namespace FA_CH7_KERNELS {
+inline namespace FA_TC_KERNELS {
 
-#if FA_CH7_SM80
+#if FA_TC_SM80
 
 /// m_i and l_i of the rows a lane holds ([mt][h], see above). Steps 2–4 keep m scaled (in units
 /// of S·scale) and l summed over the quad; step 5 keeps m unscaled (raw Q·Kᵀ) and l as this lane's
@@ -31,9 +31,9 @@ struct RowStats {
 /// Alg. 1 line 5: m = −inf, l = 0.
 template <class Cfg>
 __device__ __forceinline__ void init_rows(RowStats<Cfg>& st) {
-    FA_UNROLL
+    #pragma unroll
     for (int mt = 0; mt < Cfg::kMTiles; ++mt)
-        FA_UNROLL
+        #pragma unroll
         for (int h = 0; h < 2; ++h) st.m[mt][h] = -INFINITY, st.l[mt][h] = 0.0f;
 }
 
@@ -43,7 +43,7 @@ __device__ __forceinline__ void init_rows(RowStats<Cfg>& st) {
 template <class Cfg>
 __device__ __forceinline__ float tile_row_max(const float (&S)[Cfg::kMTiles][Cfg::Bc / 8][4], int mt, int h) {
     float mx = -INFINITY;
-    FA_UNROLL
+    #pragma unroll
     for (int n = 0; n < Cfg::Bc / 8; ++n) mx = fmaxf(mx, fmaxf(S[mt][n][2 * h], S[mt][n][2 * h + 1]));
     return fa::group_max<4>(mx);
 }
@@ -56,11 +56,11 @@ __device__ __forceinline__ float lane_row_reduce(const float (&S)[Cfg::kMTiles][
     constexpr int NT = Cfg::Bc / 8;
     static_assert((NT & (NT - 1)) == 0, "lane_row_reduce: B_c / 8 is a power of two");
     float v[NT];
-    FA_UNROLL
+    #pragma unroll
     for (int n = 0; n < NT; ++n) v[n] = op(S[mt][n][2 * h], S[mt][n][2 * h + 1]);
-    FA_UNROLL
+    #pragma unroll
     for (int w = NT / 2; w > 0; w /= 2)
-        FA_UNROLL
+        #pragma unroll
         for (int n = 0; n < w; ++n) v[n] = op(v[n], v[n + w]);
     return v[0];
 }
@@ -68,7 +68,7 @@ __device__ __forceinline__ float lane_row_reduce(const float (&S)[Cfg::kMTiles][
 /// O rows (mt, h) times alpha.
 template <class Cfg>
 __device__ __forceinline__ void rescale_row(float (&O)[Cfg::kMTiles][Cfg::D / 8][4], int mt, int h, float alpha) {
-    FA_UNROLL
+    #pragma unroll
     for (int d = 0; d < Cfg::D / 8; ++d) O[mt][d][2 * h] *= alpha, O[mt][d][2 * h + 1] *= alpha;
 }
 
@@ -87,17 +87,17 @@ __device__ __forceinline__ void online_softmax(float (&S)[Cfg::kMTiles][Cfg::Bc 
                                                float (&O)[Cfg::kMTiles][Cfg::D / 8][4],
                                                float scale, float scale_log2) {
     constexpr int MT = Cfg::kMTiles, NT = Cfg::Bc / 8;
-    if constexpr (!Cfg::kExp2) {
-        FA_UNROLL
+    if constexpr (!Cfg::kExp2) {  // steps 2–4: natural exp of scaled scores
+        #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-            FA_UNROLL
+            #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const float m_new = fmaxf(st.m[mt][h], tile_row_max<Cfg>(S, mt, h) * scale);
                 const float alpha = expf(st.m[mt][h] - m_new);
                 float sum = 0.0f;
-                FA_UNROLL
+                #pragma unroll
                 for (int n = 0; n < NT; ++n)
-                    FA_UNROLL
+                    #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float& x = S[mt][n][2 * h + e];
                         x = expf(x * scale - m_new);
@@ -107,40 +107,40 @@ __device__ __forceinline__ void online_softmax(float (&S)[Cfg::kMTiles][Cfg::Bc 
                 st.m[mt][h] = m_new;
                 rescale_row<Cfg>(O, mt, h, alpha);
             }
-    } else {
+    } else {  // step 5: exp2, scale folded in, lazy rescale
         float alpha[MT][2], tile_sum[MT][2];
         bool moved = false;
-        FA_UNROLL
+        #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-            FA_UNROLL
+            #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const float m_new = fmaxf(st.m[mt][h], fa::group_max<4>(lane_row_reduce<Cfg>(
                     S, mt, h, [](float a, float b) { return fmaxf(a, b); })));
                 moved |= m_new != st.m[mt][h];
-                alpha[mt][h] = fast_exp2((st.m[mt][h] - m_new) * scale_log2);
+                alpha[mt][h] = tc::fast_exp2((st.m[mt][h] - m_new) * scale_log2);
                 st.m[mt][h] = m_new;
                 const float mc = m_new * scale_log2;
-                FA_UNROLL
+                #pragma unroll
                 for (int n = 0; n < NT; ++n)
-                    FA_UNROLL
+                    #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float& x = S[mt][n][2 * h + e];
-                        x = fast_exp2(fmaf(x, scale_log2, -mc));
+                        x = tc::fast_exp2(fmaf(x, scale_log2, -mc));
                     }
                 tile_sum[mt][h] = lane_row_reduce<Cfg>(S, mt, h, [](float a, float b) { return a + b; });
             }
         if (__any_sync(0xffffffffu, moved)) {
-            FA_UNROLL
+            #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
-                FA_UNROLL
+                #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     st.l[mt][h] *= alpha[mt][h];
                     rescale_row<Cfg>(O, mt, h, alpha[mt][h]);
                 }
         }
-        FA_UNROLL
+        #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-            FA_UNROLL
+            #pragma unroll
             for (int h = 0; h < 2; ++h) st.l[mt][h] += tile_sum[mt][h];
     }
 }
@@ -154,28 +154,30 @@ __device__ __forceinline__ void store_rows(const float (&O)[Cfg::kMTiles][Cfg::D
                                            int q_row0, int N, float scale, int lane) {
     constexpr int MT = Cfg::kMTiles;
     float l[MT][2];
-    FA_UNROLL
+    #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
-        FA_UNROLL
+        #pragma unroll
+        // step 5: l reduced over the quad once
         for (int h = 0; h < 2; ++h) l[mt][h] = Cfg::kExp2 ? fa::group_sum<4>(st.l[mt][h]) : st.l[mt][h];
-    FA_UNROLL
+    #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
-        FA_UNROLL
+        #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int row = q_row0 + 16 * mt + frag_c_row(lane, 2 * h);
+            const int row = q_row0 + 16 * mt + tc::frag_c_row(lane, 2 * h);
             if (row >= N) continue;
             const float inv_l = 1.0f / l[mt][h];
-            FA_UNROLL
+            #pragma unroll
             for (int d = 0; d < Cfg::D / 8; ++d) {
-                uint16_t* dst = Oh + row * Cfg::D + 8 * d + frag_c_col(lane, 2 * h);
-                *reinterpret_cast<uint32_t*>(dst) = pack2<T>(O[mt][d][2 * h] * inv_l, O[mt][d][2 * h + 1] * inv_l);
+                uint16_t* dst = Oh + row * Cfg::D + 8 * d + tc::frag_c_col(lane, 2 * h);
+                *reinterpret_cast<uint32_t*>(dst) = tc::pack2<T>(O[mt][d][2 * h] * inv_l, O[mt][d][2 * h + 1] * inv_l);
             }
-            if (lane_in_group(lane) == 0)
+            if (tc::lane_in_group(lane) == 0)
+                // step 5: m kept unscaled
                 Lh[row] = (Cfg::kExp2 ? st.m[mt][h] * scale : st.m[mt][h]) + logf(l[mt][h]);
         }
 }
 
-#endif  // FA_CH7_SM80
+#endif  // FA_TC_SM80
 
-}  // namespace FA_CH7_KERNELS
+}  // namespace FA_TC_KERNELS
 }  // namespace ch7

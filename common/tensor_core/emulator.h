@@ -1,5 +1,5 @@
 /// @file emulator.h
-/// @brief Chapter 7: a CPU emulator that runs the kernels' own source, so the kernels are tested
+/// @brief The tensor-core toolkit's CPU emulator that runs the kernels' own source, so the kernels are tested
 /// where no GPU is (CI, a laptop) and a student can step through one lane with a debugger.
 ///
 /// Every CUDA thread of a block is a fiber (ucontext) on one host thread; fibers run until they
@@ -13,7 +13,10 @@
 /// other. What it cannot show: speed, real races between warps (fibers switch only at
 /// collectives and barriers), and the hardware's own rounding inside an mma.
 ///
-/// Include this before the kernel headers, with FA_CH7_EMULATE defined (emulated_kernels.cpp).
+/// A chapter's emulated build is one .cpp file that defines FA_TC_EMULATE, includes this header and
+/// emulated_ptx.h (and emulated_wmma.h for wmma kernels), then the chapter's kernel headers, and
+/// defines the kernels' dynamic shared memory `smem_raw` (kMaxSmemBytes) in the kernels' namespace
+/// (chapter 7: emulator/emulated_kernels.cpp). The kernel headers never include the emulator.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,7 +28,7 @@
 #include <cstdint>
 #include <functional>
 
-namespace ch7::emu {
+namespace tc::emu {
 
 /// threadIdx, blockIdx, gridDim, blockDim of the running fiber.
 struct Ids {
@@ -57,32 +60,39 @@ void cp_async_wait(int pending);
 /// Stops the emulation with a message (what __trap() does on a GPU).
 [[noreturn]] void trap(const char* why);
 
-/// Runs body() as every thread of every block of `grid` (blocks of `block` threads, blockDim.x only),
-/// with `smem_bytes` of dynamic shared memory (ch7::smem_raw), one block after the other.
-void launch(dim3 grid, dim3 block, std::size_t smem_bytes, const std::function<void()>& body);
+/// The most dynamic shared memory a block can have (Hopper's 227 KB and a margin); a chapter's
+/// `smem_raw` holds this many bytes.
+constexpr std::size_t kMaxSmemBytes = 228 * 1024;
 
-}  // namespace ch7::emu
+/// Runs body() as every thread of every block of `grid` (blocks of `block` threads, blockDim.x only),
+/// one block after the other. `smem` is the kernels' dynamic shared memory (their `smem_raw`),
+/// `smem_bytes` (≤ kMaxSmemBytes) of which are set to 0xFF before each block.
+void launch(dim3 grid, dim3 block, unsigned char* smem, std::size_t smem_bytes, const std::function<void()>& body);
+
+}  // namespace tc::emu
 
 // ---- what nvcc provides and a host compiler does not ----------------------------------------------
 #define __launch_bounds__(...)
-#define threadIdx (::ch7::emu::ids().thread_idx)
-#define blockIdx (::ch7::emu::ids().block_idx)
-#define gridDim (::ch7::emu::ids().grid_dim)
-#define blockDim (::ch7::emu::ids().block_dim)
+#define threadIdx (::tc::emu::ids().thread_idx)
+#define blockIdx (::tc::emu::ids().block_idx)
+#define gridDim (::tc::emu::ids().grid_dim)
+#define blockDim (::tc::emu::ids().block_dim)
 
-inline void __syncthreads() { ::ch7::emu::sync_block(); }
+inline void __syncthreads() { ::tc::emu::sync_block(); }
 inline void __syncwarp(unsigned = 0xffffffffu) {
     const int none = 0;
-    ::ch7::emu::exchange(none);
+    ::tc::emu::exchange(none);
 }
 template <class V>
 V __shfl_xor_sync(unsigned, V v, int lane_mask) {
-    return ::ch7::emu::exchange(v)[::ch7::emu::lane() ^ lane_mask];
+    return ::tc::emu::exchange(v)[::tc::emu::lane() ^ lane_mask];
 }
 inline int __any_sync(unsigned, int predicate) {
-    const int* all = ::ch7::emu::exchange(predicate);
+    const int* all = ::tc::emu::exchange(predicate);
     for (int l = 0; l < 32; ++l)
         if (all[l]) return 1;
     return 0;
 }
-[[noreturn]] inline void __trap() { ::ch7::emu::trap("__trap()"); }
+[[noreturn]] inline void __trap() { ::tc::emu::trap("__trap()"); }
+
+#include "emulator_runtime.h"

@@ -1,6 +1,8 @@
-// Chapter 7: the CPU emulator's runtime (emulator.h): fibers, warp collectives, __syncthreads,
-// deferred cp.async, and the dynamic shared memory of the running block.
-#include "emulator.h"
+/// @file emulator_runtime.h
+/// @brief The CPU emulator's runtime (declared in emulator.h, which includes this file): fibers,
+/// warp collectives, __syncthreads, deferred cp.async. Header-only (inline): the one state is
+/// shared by every translation unit that emulates kernels.
+#pragma once
 
 #include <ucontext.h>
 
@@ -10,19 +12,12 @@
 #include <utility>
 #include <vector>
 
-namespace ch7 {
-inline namespace emulated {
-/// Dynamic shared memory of the running block (the kernels' `extern __shared__ smem_raw[]`).
-alignas(128) unsigned char smem_raw[228 * 1024];
-}  // namespace emulated
-}  // namespace ch7
+namespace tc::emu {
 
-namespace ch7::emu {
+namespace detail {
 
-namespace {
-
-constexpr std::size_t kStackBytes = 256 * 1024;  // kernels keep their "registers" on this stack
-constexpr std::size_t kMaxDeposit = 64;          // bytes one lane hands to a collective
+inline constexpr std::size_t kStackBytes = 256 * 1024;  // kernels keep their "registers" on this stack
+inline constexpr std::size_t kMaxDeposit = 64;          // bytes one lane hands to a collective
 
 using Copy = std::pair<void*, const void*>;
 
@@ -53,27 +48,27 @@ struct State {
     unsigned long events = 0;  // arrivals, completions and exits: progress, for deadlock detection
 };
 
-State& state() {
+inline State& state() {
     static State s;
     return s;
 }
 
-Fiber& current() {
+inline Fiber& current() {
     State& s = state();
     if (s.current == nullptr) trap("a CUDA intrinsic was called outside an emulated kernel");
     return *s.current;
 }
 
-void yield() { swapcontext(&current().context, &state().scheduler); }
+inline void yield() { swapcontext(&current().context, &state().scheduler); }
 
-void fiber_main() {
+inline void fiber_main() {
     State& s = state();
     (*s.body)();
     s.current->done = true;
     ++s.events;
 }  // returns to uc_link: the scheduler
 
-void run_block() {
+inline void run_block() {
     State& s = state();
     for (Fiber& f : s.fibers) {
         f.done = false;
@@ -103,14 +98,14 @@ void run_block() {
     }
 }
 
-}  // namespace
+}  // namespace detail
 
-const Ids& ids() { return current().ids; }
+inline const Ids& ids() { return detail::current().ids; }
 
-int lane() { return int(current().ids.thread_idx.x % 32); }
+inline int lane() { return int(detail::current().ids.thread_idx.x % 32); }
 
-void sync_block() {
-    State& s = state();
+inline void sync_block() {
+    detail::State& s = detail::state();
     const unsigned long generation = s.block_generation;
     ++s.events;
     if (++s.block_arrived == int(s.fibers.size())) {
@@ -118,14 +113,14 @@ void sync_block() {
         ++s.block_generation;
         return;
     }
-    while (s.block_generation == generation) yield();
+    while (s.block_generation == generation) detail::yield();
 }
 
-const unsigned char* warp_exchange(const void* in, std::size_t bytes) {
-    State& s = state();
-    Fiber& f = current();
-    if (bytes > kMaxDeposit) trap("warp collective: operand too large for the emulator");
-    Warp& w = s.warps[f.ids.thread_idx.x / 32];
+inline const unsigned char* warp_exchange(const void* in, std::size_t bytes) {
+    detail::State& s = detail::state();
+    detail::Fiber& f = detail::current();
+    if (bytes > detail::kMaxDeposit) trap("warp collective: operand too large for the emulator");
+    detail::Warp& w = s.warps[f.ids.thread_idx.x / 32];
     const unsigned long generation = w.generation;
     unsigned char* buffer = w.deposits[generation % 2];
     if (w.arrived == 0)
@@ -138,44 +133,45 @@ const unsigned char* warp_exchange(const void* in, std::size_t bytes) {
         w.arrived = 0;
         ++w.generation;
     } else {
-        while (w.generation == generation) yield();
+        while (w.generation == generation) detail::yield();
     }
     return buffer;
 }
 
-void cp_async_16(void* smem, const void* gmem) { current().open.push_back({smem, gmem}); }
+inline void cp_async_16(void* smem, const void* gmem) { detail::current().open.push_back({smem, gmem}); }
 
-void cp_async_commit() {
-    Fiber& f = current();
+inline void cp_async_commit() {
+    detail::Fiber& f = detail::current();
     f.committed.push_back(std::move(f.open));
     f.open.clear();
 }
 
-void cp_async_wait(int pending) {
-    Fiber& f = current();
+inline void cp_async_wait(int pending) {
+    detail::Fiber& f = detail::current();
     while (int(f.committed.size()) > pending) {
-        for (const Copy& c : f.committed.front()) std::memcpy(c.first, c.second, 16);
+        for (const detail::Copy& c : f.committed.front()) std::memcpy(c.first, c.second, 16);
         f.committed.erase(f.committed.begin());
     }
 }
 
-void trap(const char* why) {
-    std::fprintf(stderr, "ch7 emulator: %s\n", why);
+inline void trap(const char* why) {
+    std::fprintf(stderr, "tensor-core emulator: %s\n", why);
     std::fflush(stderr);
     std::abort();
 }
 
-void launch(dim3 grid, dim3 block, std::size_t smem_bytes, const std::function<void()>& body) {
-    State& s = state();
+inline void launch(dim3 grid, dim3 block, unsigned char* smem, std::size_t smem_bytes,
+                   const std::function<void()>& body) {
+    detail::State& s = detail::state();
     if (block.y != 1 || block.z != 1 || block.x == 0 || block.x % 32 != 0 || block.x > 1024)
         trap("launch: blocks of whole warps in x only");
-    if (smem_bytes > sizeof(smem_raw)) trap("launch: more dynamic shared memory than the emulator has");
+    if (smem_bytes > kMaxSmemBytes) trap("launch: more dynamic shared memory than a block can have");
     s.body = &body;
     s.fibers.resize(block.x);
     s.warps.resize(block.x / 32);
     for (unsigned t = 0; t < block.x; ++t) {
-        Fiber& f = s.fibers[t];
-        f.stack.resize(kStackBytes);
+        detail::Fiber& f = s.fibers[t];
+        f.stack.resize(detail::kStackBytes);
         f.ids.thread_idx = make_uint3(t, 0, 0);
         f.ids.grid_dim = grid;
         f.ids.block_dim = block;
@@ -183,11 +179,11 @@ void launch(dim3 grid, dim3 block, std::size_t smem_bytes, const std::function<v
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
             for (unsigned x = 0; x < grid.x; ++x) {
-                std::memset(smem_raw, 0xFF, smem_bytes);  // NaN in fp16/bf16: unwritten reads show
-                for (Fiber& f : s.fibers) f.ids.block_idx = make_uint3(x, y, z);
-                run_block();
+                std::memset(smem, 0xFF, smem_bytes);  // NaN in fp16/bf16: unwritten reads show
+                for (detail::Fiber& f : s.fibers) f.ids.block_idx = make_uint3(x, y, z);
+                detail::run_block();
             }
     s.body = nullptr;
 }
 
-}  // namespace ch7::emu
+}  // namespace tc::emu

@@ -1,4 +1,4 @@
-/// @file step1_wmma.cuh
+/// @file wmma_forward.cuh
 /// @brief Chapter 7, variant 1: the FlashAttention-2 forward with nvcuda::wmma fragments, the
 /// baseline of the ladder.
 ///
@@ -15,18 +15,16 @@
 
 #include <cstdint>
 
-#include "flash_tc.cuh"
-#include "ptx.cuh"
-#include "tile_io.cuh"
+#include "flash_forward.cuh"
+#include "../../../common/tensor_core/ptx.cuh"
+#include "../../../common/tensor_core/tile_io.cuh"
 
-#if defined(FA_CH7_EMULATE)
-#include "emulated_wmma.h"
-#else
+#if !defined(FA_TC_EMULATE)  // the emulated build brings its own nvcuda::wmma (emulated_wmma.h)
 #include <mma.h>
 #endif
 
 namespace ch7 {
-inline namespace FA_CH7_KERNELS {
+inline namespace FA_TC_KERNELS {
 
 /// Tile shape of variant 1 for head dim D.
 template <int D>
@@ -40,7 +38,7 @@ struct WmmaTiles {
 
 template <class T, int D>
 __global__ void __launch_bounds__(WmmaTiles<D>::kThreads) wmma_kernel(const FwdParams p) {
-#if FA_CH7_SM80
+#if FA_TC_SM80
     namespace wmma = nvcuda::wmma;
     using Tiles = WmmaTiles<D>;
     constexpr int Br = Tiles::Br, Bc = Tiles::Bc, kThreads = Tiles::kThreads, LDS = Tiles::kScratchLd;
@@ -58,27 +56,27 @@ __global__ void __launch_bounds__(WmmaTiles<D>::kThreads) wmma_kernel(const FwdP
     const std::size_t head = (std::size_t(blockIdx.z) * p.H + blockIdx.y) * std::size_t(p.N);
     const int r = lane / 2, h = lane % 2;  // softmax: row r of the warp, half h of the columns
     const int row = q0 + warp * 16 + r;
-    const int key_end = p.causal ? min_int(p.N, q0 + Br) : p.N;
+    const int key_end = p.causal ? tc::min_int(p.N, q0 + Br) : p.N;
     const int Tc = (key_end + Bc - 1) / Bc;
 
-    load_tile<Br, D, kThreads, false, Copy::kSync>(Qs, p.Q + head * D, q0, p.N);  // Alg. 1 line 4
+    tc::load_tile<Br, D, kThreads, false, tc::Copy::kSync>(Qs, p.Q + head * D, q0, p.N);  // Alg. 1 line 4
     float O[D / 2];                                                                // line 5
-    FA_UNROLL
+    #pragma unroll
     for (int c = 0; c < D / 2; ++c) O[c] = 0.0f;
     float m = -INFINITY, l = 0.0f;
 
     for (int j = 0; j < Tc; ++j) {
         const int k0 = j * Bc;
         __syncthreads();
-        load_tile<Bc, D, kThreads, false, Copy::kSync>(Ks, p.K + head * D, k0, p.N);  // line 7
-        load_tile<Bc, D, kThreads, false, Copy::kSync>(Vs, p.V + head * D, k0, p.N);
+        tc::load_tile<Bc, D, kThreads, false, tc::Copy::kSync>(Ks, p.K + head * D, k0, p.N);  // line 7
+        tc::load_tile<Bc, D, kThreads, false, tc::Copy::kSync>(Vs, p.V + head * D, k0, p.N);
         __syncthreads();
 
         // line 8: S = Q_i K_jᵀ, 16 × 16 per fragment, stored to the warp's scratch
         for (int n = 0; n < Bc / 16; ++n) {
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
             wmma::fill_fragment(acc, 0.0f);
-            FA_UNROLL
+            #pragma unroll
             for (int k = 0; k < D / 16; ++k) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;  // Kᵀ = K row-major
@@ -112,7 +110,7 @@ __global__ void __launch_bounds__(WmmaTiles<D>::kThreads) wmma_kernel(const FwdP
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         l = alpha * l + sum;
         m = m_new;
-        FA_UNROLL
+        #pragma unroll
         for (int c = 0; c < D / 2; ++c) O[c] *= alpha;
         __syncwarp();
 
@@ -120,7 +118,7 @@ __global__ void __launch_bounds__(WmmaTiles<D>::kThreads) wmma_kernel(const FwdP
         for (int n = 0; n < D / 16; ++n) {
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
             wmma::fill_fragment(acc, 0.0f);
-            FA_UNROLL
+            #pragma unroll
             for (int k = 0; k < Bc / 16; ++k) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
@@ -132,7 +130,7 @@ __global__ void __launch_bounds__(WmmaTiles<D>::kThreads) wmma_kernel(const FwdP
         }
         __syncwarp();
         const float* pv_row = Sw + r * LDS + h * (D / 2);
-        FA_UNROLL
+        #pragma unroll
         for (int c = 0; c < D / 2; ++c) O[c] += pv_row[c];
         __syncwarp();  // the scratch is overwritten by the next tile's S
     }
@@ -141,9 +139,9 @@ __global__ void __launch_bounds__(WmmaTiles<D>::kThreads) wmma_kernel(const FwdP
     if (row < p.N) {
         const float inv_l = 1.0f / l;
         T* o_row = reinterpret_cast<T*>(p.O + (head + row) * D) + h * (D / 2);
-        FA_UNROLL
+        #pragma unroll
         for (int c = 0; c < D / 2; c += 2)
-            *reinterpret_cast<uint32_t*>(o_row + c) = pack2<T>(O[c] * inv_l, O[c + 1] * inv_l);
+            *reinterpret_cast<uint32_t*>(o_row + c) = tc::pack2<T>(O[c] * inv_l, O[c + 1] * inv_l);
         if (h == 0) p.L[head + row] = m + logf(l);
     }
 #else
@@ -151,5 +149,5 @@ __global__ void __launch_bounds__(WmmaTiles<D>::kThreads) wmma_kernel(const FwdP
 #endif
 }
 
-}  // namespace FA_CH7_KERNELS
+}  // namespace FA_TC_KERNELS
 }  // namespace ch7

@@ -1,5 +1,5 @@
 /// @file layout.h
-/// @brief Chapter 7: which lane of a warp holds which matrix element, for `mma.sync.m16n8k16` and
+/// @brief Which lane of a warp holds which matrix element, for `mma.sync.m16n8k16` and
 /// `ldmatrix`, and the XOR swizzle of shared-memory tiles. Plain C++ (host and device), so the CPU
 /// tests check every index the kernels use.
 ///
@@ -25,9 +25,9 @@
 /// 2(l%4) and 2(l%4)+1 of column l/4: the element pairs a B fragment needs from a row-major V.
 #pragma once
 
-#include "../../common/host_device.h"
+#include "../host_device.h"
 
-namespace ch7 {
+namespace tc {
 
 /// min(a, b) for host and device code alike.
 FA_HOST_DEVICE constexpr int min_int(int a, int b) { return a < b ? a : b; }
@@ -125,4 +125,4 @@ FA_HOST_DEVICE constexpr int ldsm_v_offset(int lane, int kk, int dd, int D) {
 /// Element offset of (row, col) in a plain row-major tile (steps 1 and 2).
 FA_HOST_DEVICE constexpr int row_major(int row, int col, int D) { return row * D + col; }
 
-}  // namespace ch7
+}  // namespace tc

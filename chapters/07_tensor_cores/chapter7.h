@@ -1,4 +1,4 @@
-/// @file flash2_tc.h
+/// @file chapter7.h
 /// @brief Chapter 7, FlashAttention-2 forward on tensor cores (fp16/bf16 in, fp32 math): what the
 /// program, the tests and later chapters call.
 ///
@@ -17,7 +17,7 @@
 
 namespace ch7 {
 
-/// The kernel variants: the steps of the ladder (kernels.cu says what each one changes).
+/// The kernel variants: the steps of the ladder (kernel/flash_forward.cuh says what each one changes).
 enum Variant : int {
     kWmma = 1,        ///< nvcuda::wmma fragments, S and P through shared memory
     kMmaSync = 2,     ///< mma.sync m16n8k16: S, P and O in registers, quad-shuffle row statistics

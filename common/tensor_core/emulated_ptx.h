@@ -1,5 +1,5 @@
 /// @file emulated_ptx.h
-/// @brief Chapter 7: the PTX instructions of ptx.cuh for the CPU emulator (emulator.h), written
+/// @brief The PTX instructions of ptx.cuh for the CPU emulator (emulator.h), written
 /// from the PTX ISA's definitions (fragment layouts of mma.m16n8k16, the matrices of ldmatrix),
 /// independently of layout.h, so the emulator checks the kernels' index math instead of repeating it.
 #pragma once
@@ -14,7 +14,10 @@
 
 #include "emulator.h"
 
-namespace ch7 {
+/// Tells ptx.cuh that the emulated instructions are declared.
+#define FA_TC_EMULATED_PTX 1
+
+namespace tc {
 inline namespace emulated {
 
 namespace isa {
@@ -107,4 +110,4 @@ void cp_async_wait() {
 inline float fast_exp2(float x) { return std::exp2(x); }
 
 }  // namespace emulated
-}  // namespace ch7
+}  // namespace tc

@@ -1,4 +1,4 @@
-/// @file mma_config.h
+/// @file tile_config.h
 /// @brief Chapter 7: the compile-time description of one mma.sync kernel (variants 2–6): which
 /// optimization steps it has and its tile shape. Plain C++ so the tests can check the shapes.
 #pragma once

@@ -1,17 +1,24 @@
-// Chapter 7: the kernels of kernels.cu compiled for the CPU emulator (emulator.h) and launched on
-// host arrays. Same source, same tile table (kernel_table.h); only the PTX instructions, wmma and
-// the CUDA intrinsics are emulated.
-#define FA_CH7_EMULATE 1
-#include "emulator.h"
+// Chapter 7: the kernels of kernel/ compiled for the CPU emulator (common/tensor_core/emulator.h)
+// and launched on host arrays. Same source, same tile table (kernel_table.h) as the GPU build
+// (launch.cu); only the PTX instructions, wmma and the CUDA intrinsics are emulated, and they are
+// included here, before the kernels: the kernel headers never include the emulator.
+#define FA_TC_EMULATE 1
+#include "../../../common/tensor_core/emulator.h"
+#include "../../../common/tensor_core/emulated_ptx.h"
+#include "../../../common/tensor_core/emulated_wmma.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
-#include "flash2_tc.h"
-#include "kernel_table.h"
+#include "../chapter7.h"
+#include "../kernel_table.h"
 
 namespace ch7 {
+inline namespace emulated {
+/// The kernels' dynamic shared memory (their `extern __shared__ smem_raw[]`), one block at a time.
+alignas(128) unsigned char smem_raw[tc::emu::kMaxSmemBytes];
+}  // namespace emulated
 
 template <class T>
 void forward_emulated(int variant, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O,
@@ -23,7 +30,8 @@ void forward_emulated(int variant, const fa::AttnShape& s, const T* Q, const T* 
     }
     const KernelEntry e = kernel_entry<T>(variant, s.D, candidate);
     const FwdParams p = make_params(s, Q, K, V, O, L);
-    emu::launch(grid_of(s, e), dim3(unsigned(e.threads)), std::size_t(e.smem_bytes), [&] { e.kernel(p); });
+    tc::emu::launch(grid_of(s, e), dim3(unsigned(e.threads)), smem_raw, std::size_t(e.smem_bytes),
+                    [&] { e.kernel(p); });
 }
 
 template void forward_emulated<__half>(int, const fa::AttnShape&, const __half*, const __half*, const __half*,

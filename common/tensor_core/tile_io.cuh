@@ -1,5 +1,5 @@
 /// @file tile_io.cuh
-/// @brief Chapter 7: moving a tile of rows between global and shared memory.
+/// @brief Moving a tile of rows between global and shared memory.
 ///
 /// A tile is `Rows` rows of D 16-bit elements, taken from rows row0.. of one head; rows at or past N
 /// are filled with zeros (never read out of bounds, never leave shared memory unwritten: V rows
@@ -13,8 +13,8 @@
 #include "layout.h"
 #include "ptx.cuh"
 
-namespace ch7 {
-inline namespace FA_CH7_KERNELS {
+namespace tc {
+inline namespace FA_TC_KERNELS {
 
 /// How a tile gets from global to shared memory.
 enum class Copy {
@@ -22,7 +22,7 @@ enum class Copy {
     kAsync,  ///< cp.async (steps 4–6): completes later, see ptx.cuh
 };
 
-#if FA_CH7_SM80
+#if FA_TC_SM80
 
 /// Loads rows row0 .. row0+Rows−1 of `head` (N rows of D elements) into the tile `tile`, stored
 /// swizzled (`Swizzled`) or row-major; rows ≥ N become zeros. All `Threads` threads of the block call
@@ -41,7 +41,7 @@ __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* head, 
     const int r = int(threadIdx.x) / kChunksPerRow, col = 8 * (int(threadIdx.x) % kChunksPerRow);
     uint16_t* dst = tile + (Swizzled ? swizzle(r, col, D) : row_major(r, col, D));
     const uint16_t* src = head + (row0 + r) * D + col;
-    FA_UNROLL
+    #pragma unroll
     for (int k = 0; k < Rows / kRowsPerPass; ++k) {
         uint16_t* d = dst + k * kRowsPerPass * D;
         if (row0 + r + k * kRowsPerPass < N) {
@@ -55,7 +55,7 @@ __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* head, 
     }
 }
 
-#endif  // FA_CH7_SM80
+#endif  // FA_TC_SM80
 
-}  // namespace FA_CH7_KERNELS
-}  // namespace ch7
+}  // namespace FA_TC_KERNELS
+}  // namespace tc

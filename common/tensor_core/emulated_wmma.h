@@ -1,5 +1,5 @@
 /// @file emulated_wmma.h
-/// @brief Chapter 7: the few nvcuda::wmma calls of variant 1, for the CPU emulator (emulator.h).
+/// @brief The few nvcuda::wmma calls of chapter 7's variant 1, for the CPU emulator (emulator.h).
 ///
 /// WMMA leaves the distribution of a fragment over the lanes unspecified, so the emulator picks
 /// the simplest one: every lane holds the whole 16×16 tile. Loads and stores are then per lane,
