@@ -17,6 +17,12 @@ enum class DimMatch {
     kPadded,  ///< the smallest listed D ≥ the run-time one (the kernel pads the head dim)
 };
 
+/// The first of a list of head dims.
+template <int First, int... Rest>
+constexpr int first_of() {
+    return First;
+}
+
 /// The listed D that `D` runs as (see DimMatch), or 0 when none.
 template <int... Dims>
 constexpr int matching_head_dim(int D, DimMatch how) {
@@ -35,7 +41,7 @@ decltype(auto) with_head_dim(int D, F&& f, DimMatch how = DimMatch::kExact, cons
         std::fprintf(stderr, "%s: head dim %d has no compiled kernel\n", what, D);
         std::exit(EXIT_FAILURE);
     }
-    using R = decltype(f(std::integral_constant<int, 0>{}));
+    using R = decltype(f(std::integral_constant<int, first_of<Dims...>()>{}));  // every Dims' f returns R
     if constexpr (std::is_void_v<R>) {
         ((Dm == Dims ? (f(std::integral_constant<int, Dims>{}), 0) : 0), ...);
     } else {

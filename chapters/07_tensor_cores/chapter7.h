@@ -14,6 +14,7 @@
 #include "../../common/device.h"
 #include "../../common/dtype.h"
 #include "../../common/shape.h"
+#include "kernel/tile_config.h"
 
 namespace ch7 {
 
@@ -31,19 +32,6 @@ constexpr int kLastVariant = kTuned;
 
 /// Short name of a variant, e.g. "3-ldmatrix-swizzle" (for printouts and result files).
 std::string variant_name(int variant);
-
-/// The tile shape of a kernel.
-struct TileConfig {
-    int warps;       ///< warps per block
-    int m_tiles;     ///< 16-row m-tiles each warp owns
-    int Bc;          ///< keys per K/V tile (B_c)
-    int stages;      ///< K/V buffers in shared memory (1: loaded synchronously each tile)
-    bool q_in_regs;  ///< Q fragments kept in registers for the whole key loop
-    /// Query rows per block: B_r = 16 · m_tiles · warps.
-    int Br() const { return 16 * m_tiles * warps; }
-    /// "B_r x B_c = 128 x 64, 4 warps x 2 m-tiles, 2 stages, Q in smem".
-    std::string str() const;
-};
 
 /// Variant 6's search space for head dim D (64 or 128); tuned_candidate(D) indexes the default.
 std::vector<TileConfig> tuning_candidates(int D);

@@ -8,6 +8,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "../../common/dispatch.h"
+#include "../../common/math.h"
+
 #include "kernel/candidates.h"
 #include "chapter7.h"
 #include "kernel/flash_forward.cuh"
@@ -16,24 +19,23 @@
 namespace ch7 {
 inline namespace FA_TC_KERNELS {
 
-/// One compiled kernel: its tiles and what launching it needs.
+/// One compiled kernel: its tiles (the run-time view of its compile-time configuration) and the
+/// shared memory it needs.
 struct KernelEntry {
     TileConfig tiles;
-    int threads, smem_bytes, Br;
+    int smem_bytes;
     void (*kernel)(FwdParams);
+    int threads() const { return 32 * tiles.warps; }
 };
 
 template <class T, class Cfg>
 KernelEntry mma_entry() {
-    return {TileConfig{Cfg::kWarps, Cfg::kMTiles, Cfg::Bc, Cfg::kStages, Cfg::kQInRegs}, Cfg::kThreads,
-            Cfg::kSmemBytes, Cfg::Br, flash_forward_kernel<T, Cfg>};
+    return {Cfg::kTiles, Cfg::kSmemBytes, flash_forward_kernel<T, Cfg>};
 }
 
 template <class T, int D>
 KernelEntry wmma_entry() {
-    using Tiles = WmmaTiles<D>;
-    return {TileConfig{Tiles::kWarps, 1, Tiles::Bc, 1, false}, Tiles::kThreads, Tiles::kSmemBytes, Tiles::Br,
-            wmma_kernel<T, D>};
+    return {WmmaTiles<D>::kTiles, WmmaTiles<D>::kSmemBytes, wmma_kernel<T, D>};
 }
 
 template <class T, class List>
@@ -69,7 +71,7 @@ KernelEntry kernel_entry(int variant, int D, int candidate) {
         const int c = candidate >= 0 ? candidate : D == 64 ? kTunedCandidate64 : kTunedCandidate128;
         return kernel_candidates<T>(D)[std::size_t(c)];
     }
-    return D == 64 ? ladder_entry<T, 64>(variant) : ladder_entry<T, 128>(variant);
+    return fa::with_head_dim<64, 128>(D, [&](auto d) { return ladder_entry<T, decltype(d)::value>(variant); });
 }
 
 /// The kernels' parameters for device (or, emulated, host) arrays of shape s.
@@ -84,14 +86,14 @@ FwdParams make_params(const fa::AttnShape& s, const T* Q, const T* K, const T* V
     p.N = s.N;
     p.H = s.H;
     p.scale = s.scale;
-    p.scale_log2 = s.scale * 1.4426950408889634f;
+    p.scale_log2 = s.scale * fa::kLog2e;
     p.causal = s.causal;
     return p;
 }
 
 /// The launch grid: (T_r query blocks, H, B).
 inline dim3 grid_of(const fa::AttnShape& s, const KernelEntry& e) {
-    return dim3(unsigned((s.N + e.Br - 1) / e.Br), unsigned(s.H), unsigned(s.B));
+    return dim3(unsigned(fa::ceil_div(s.N, e.tiles.Br())), unsigned(s.H), unsigned(s.B));
 }
 
 }  // namespace FA_TC_KERNELS

@@ -2,8 +2,6 @@
 // the variants): which compiled kernel runs (kernel_table.h), its shared-memory limit raised once,
 // the grid, and the device checks.
 #include <cstdio>
-#include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -13,20 +11,6 @@
 #include "kernel_table.h"
 
 namespace ch7 {
-
-namespace {
-
-/// Raises the kernel's dynamic shared-memory limit, once per kernel.
-void prepare(const KernelEntry& e) {
-    static std::mutex mutex;
-    static std::set<void (*)(FwdParams)> prepared;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (prepared.count(e.kernel)) return;
-    fa::allow_dynamic_smem(e.kernel, std::size_t(e.smem_bytes), "chapter 7 kernel");
-    prepared.insert(e.kernel);
-}
-
-}  // namespace
 
 std::string variant_name(int variant) {
     static const char* names[] = {"1-wmma", "2-mma-sync", "3-ldmatrix-swizzle", "4-cp-async",
@@ -95,12 +79,12 @@ std::string device_unsupported_reason(const fa::DeviceInfo& d) {
 template <class T>
 KernelResources kernel_resources(int variant, int D, int candidate) {
     const KernelEntry e = kernel_entry<T>(variant, D, candidate);
-    prepare(e);
+    fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.smem_bytes), "chapter 7 kernel");
     cudaFuncAttributes a{};
     CUDA_CHECK(cudaFuncGetAttributes(&a, e.kernel));
     int blocks = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, e.kernel, e.threads, e.smem_bytes));
-    return {a.numRegs, a.localSizeBytes, e.threads, e.smem_bytes, blocks};
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, e.kernel, e.threads(), e.smem_bytes));
+    return {a.numRegs, a.localSizeBytes, e.threads(), e.smem_bytes, blocks};
 }
 
 template <class T>
@@ -112,8 +96,8 @@ void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const 
         std::exit(2);
     }
     const KernelEntry e = kernel_entry<T>(variant, s.D, candidate);
-    prepare(e);
-    e.kernel<<<grid_of(s, e), e.threads, e.smem_bytes>>>(make_params(s, Q, K, V, O, L));
+    fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.smem_bytes), "chapter 7 kernel");
+    e.kernel<<<grid_of(s, e), e.threads(), e.smem_bytes>>>(make_params(s, Q, K, V, O, L));
     CUDA_CHECK_LAUNCH();
 }
 

@@ -25,6 +25,7 @@
 #include "../../common/device.h"
 #include "../../common/dtype.h"
 #include "../../common/gpu_timer.h"
+#include "../../common/math.h"
 #include "chapter7.h"
 
 namespace {
@@ -172,7 +173,7 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
                       "shared memory, %d blocks/SM; grid %d x %d x %d on %d SMs",
                       row.name.c_str(), row.tiles.c_str(), row.res.threads, row.res.registers,
                       row.res.local_bytes, row.res.smem_bytes / 1024.0, row.res.blocks_per_sm,
-                      (s.N + t.Br() - 1) / t.Br(), s.H, s.B, dev.sm_count);
+                      fa::ceil_div(s.N, t.Br()), s.H, s.B, dev.sm_count);
         const fa::ForwardOutcome out = fa::run_forward<T>(
             {7, row.name, o.dtype, "fwd"}, label, p, d, run_args, &timer,
             [&] { ch7::forward<T>(j.variant, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get(), j.candidate); },

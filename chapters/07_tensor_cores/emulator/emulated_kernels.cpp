@@ -30,7 +30,7 @@ void forward_emulated(int variant, const fa::AttnShape& s, const T* Q, const T* 
     }
     const KernelEntry e = kernel_entry<T>(variant, s.D, candidate);
     const FwdParams p = make_params(s, Q, K, V, O, L);
-    tc::emu::launch(grid_of(s, e), dim3(unsigned(e.threads)), smem_raw, std::size_t(e.smem_bytes),
+    tc::emu::launch(grid_of(s, e), dim3(unsigned(e.threads())), smem_raw, std::size_t(e.smem_bytes),
                     [&] { e.kernel(p); });
 }
 

@@ -27,11 +27,11 @@ using LadderConfig = MmaConfig<Step, D, 4, 1, 64, (Step >= 4 ? 2 : 1), false>;
 /// Variant 6's candidates: MmaConfig<6, D, warps, m-tiles, B_c, stages, Q in registers>. Register
 /// budget per lane ≈ O (m_tiles·D/2) + S (m_tiles·B_c/2) + Q (m_tiles·D/4 if kept) + addresses,
 /// at most 255. FlashAttention-2's own shapes (B_r = 128 with B_c = 128 for D = 64 and B_c = 64
-/// for D = 128) spill a few registers in this kernel. The last D = 128 candidate is that shape:
-/// 32 bytes of spill stores on sm_90, and 5% faster than candidate 0 in the sweep (README, step 6),
-/// but the course's rule is no spills in a default kernel. The last candidate of each list is 8
-/// warps of 2 m-tiles (B_r = 256): each K/V tile loaded once for twice the rows. Every candidate but
-/// D = 128's candidate 6 compiles without spills for sm_80..sm_90.
+/// for D = 128) spill a few registers in this kernel. D = 128's candidate 6 is that shape; it
+/// spills on sm_90 and the course's rule is no spills in a default kernel (what it costs and gains
+/// is measured in the README, step 6). The last candidate of each list is 8 warps of 2 m-tiles
+/// (B_r = 256): each K/V tile loaded once for twice the rows. Every other candidate compiles
+/// without spills for sm_80..sm_90 (`make chapter7 EXTRA_NVCCFLAGS=-Xptxas=-v` shows it).
 using Candidates64 = ConfigList<MmaConfig<6, 64, 4, 2, 64, 2, false>,   //
                                 MmaConfig<6, 64, 4, 2, 64, 2, true>,    //
                                 MmaConfig<6, 64, 4, 2, 64, 3, true>,    //
@@ -48,9 +48,8 @@ using Candidates128 = ConfigList<MmaConfig<6, 128, 4, 2, 32, 2, false>,  //
                                  MmaConfig<6, 128, 4, 2, 64, 2, false>,  //
                                  MmaConfig<6, 128, 8, 2, 32, 2, false>>;
 
-/// Variant 6's default candidate per head dim, from `./chapter7 --sweep` on an H200 (README, step 6):
-/// D = 64, candidate 2 (333 TF/s against 320 for candidate 0); D = 128, candidate 0 (351 TF/s; 3
-/// stages, candidate 1, gave the same within 0.2%; candidate 6 ran 368 but spills).
+/// Variant 6's default candidate per head dim: the fastest without spills in `./chapter7 --sweep`
+/// (the measurements, and the runs they come from, are in the README, step 6).
 constexpr int kTunedCandidate64 = 2;
 constexpr int kTunedCandidate128 = 0;
 

@@ -41,6 +41,7 @@
 
 #include <cstdint>
 
+#include "../../../common/math.h"
 #include "tile_config.h"
 #include "online_softmax.cuh"
 #include "../../../common/tensor_core/ptx.cuh"
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_forward_kernel(const F
     const uint16_t* Vh = p.V + head * D;
     // Alg. 1 line 6, with the causal mask: no key after the block's last row is ever needed.
     const int key_end = p.causal ? tc::min_int(p.N, q0 + Br) : p.N;
-    const int Tc = (key_end + Bc - 1) / Bc;
+    const int Tc = fa::ceil_div(key_end, Bc);
     auto K_stage = [&](int j) { return KVs + (j % kStages) * 2 * Bc * D; };
     auto load_kv = [&](int j) {  // Alg. 1 line 7: K_j, V_j
         tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(K_stage(j), Kh, j * Bc, p.N);

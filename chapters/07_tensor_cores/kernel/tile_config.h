@@ -1,9 +1,25 @@
 /// @file tile_config.h
-/// @brief Chapter 7: the compile-time description of one mma.sync kernel (variants 2–6): which
-/// optimization steps it has and its tile shape. Plain C++ so the tests can check the shapes.
+/// @brief Chapter 7: the tile shape of a kernel, described once: at compile time by MmaConfig
+/// (variants 2–6: which optimization steps it has and its tiles), at run time by TileConfig, its
+/// view derived from it (MmaConfig::kTiles). Plain C++ so the tests can check the shapes.
 #pragma once
 
+#include <string>
+
 namespace ch7 {
+
+/// The tile shape of a kernel, as the program, the tests and the sweep see it.
+struct TileConfig {
+    int warps;       ///< warps per block
+    int m_tiles;     ///< 16-row m-tiles each warp owns
+    int Bc;          ///< keys per K/V tile (B_c)
+    int stages;      ///< K/V buffers in shared memory (1: loaded synchronously each tile)
+    bool q_in_regs;  ///< Q fragments kept in registers for the whole key loop
+    /// Query rows per block: B_r = 16 · m_tiles · warps.
+    constexpr int Br() const { return 16 * m_tiles * warps; }
+    /// "B_r x B_c = 128 x 64, 4 warps x 2 m-tiles, 2 stages, Q in smem".
+    std::string str() const;
+};
 
 /// One mma.sync kernel. `Step` (2..6) switches on the features of the ladder cumulatively:
 ///   2  mma.sync m16n8k16, S and P in registers, quad-shuffle row max/sum
@@ -27,6 +43,7 @@ struct MmaConfig {
     static constexpr int kThreads = 32 * Warps;
     static constexpr int kWarpRows = 16 * MTiles;  ///< query rows one warp owns
     static constexpr int Br = Warps * kWarpRows;   ///< query rows of the block
+    static constexpr TileConfig kTiles{Warps, MTiles, Bc_, Stages, QInRegs};  ///< the run-time view
 
     static constexpr bool kLdmatrix = Step >= 3;    ///< ldmatrix + swizzled shared memory
     static constexpr bool kCpAsync = Step >= 4;     ///< cp.async multi-stage K/V pipeline

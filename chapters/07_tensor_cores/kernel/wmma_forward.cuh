@@ -30,6 +30,7 @@ inline namespace FA_TC_KERNELS {
 template <int D>
 struct WmmaTiles {
     static constexpr int kWarps = 4, kThreads = 128, Br = 64, Bc = 64;
+    static constexpr TileConfig kTiles{kWarps, 1, Bc, 1, false};  ///< the run-time view
     /// fp32 scratch row length (+4 floats: rows do not all start in the same bank).
     static constexpr int kScratchLd = (Bc > D ? Bc : D) + 4;
     /// Bytes of dynamic shared memory.
@@ -57,7 +58,7 @@ __global__ void __launch_bounds__(WmmaTiles<D>::kThreads) wmma_kernel(const FwdP
     const int r = lane / 2, h = lane % 2;  // softmax: row r of the warp, half h of the columns
     const int row = q0 + warp * 16 + r;
     const int key_end = p.causal ? tc::min_int(p.N, q0 + Br) : p.N;
-    const int Tc = (key_end + Bc - 1) / Bc;
+    const int Tc = fa::ceil_div(key_end, Bc);
 
     tc::load_tile<Br, D, kThreads, false, tc::Copy::kSync>(Qs, p.Q + head * D, q0, p.N);  // Alg. 1 line 4
     float O[D / 2];                                                                // line 5
