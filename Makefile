@@ -34,11 +34,10 @@ endif
 NVCCFLAGS := -std=c++17 -O3 -lineinfo -MMD -MP $(GENCODE) -Xcompiler -Wall,-Wextra $(EXTRA_NVCCFLAGS)
 # -Wno-unknown-pragmas: the CPU emulator compiles the kernels' `#pragma unroll` with g++.
 CXXFLAGS := -std=c++17 -O3 -MMD -MP -Wall -Wextra -Wno-unknown-pragmas -isystem $(CUDA_HOME)/include
-CATCH2_FLAGS := $(if $(CATCH2_INCLUDE),-isystem $(CATCH2_INCLUDE))
 LDFLAGS := -L$(CUDA_HOME)/lib64
 LDLIBS := -lcublas -lcudart
 # Objects depend on a stamp named after the flags: changing ARCH (or any flag) rebuilds everything.
-FLAGS_STAMP := $(BUILD)/flags-$(shell echo '$(NVCCFLAGS) $(CXXFLAGS) $(CATCH2_FLAGS)' | md5sum | cut -c1-10)
+FLAGS_STAMP := $(BUILD)/flags-$(shell echo '$(NVCCFLAGS) $(CXXFLAGS)' | md5sum | cut -c1-10)
 
 # ---- chapters ----------------------------------------------------------------------------------
 CHAPTER_DIRS := $(sort $(wildcard chapters/[0-9][0-9]_*))
@@ -71,6 +70,19 @@ GPU_CHAPTERS := $(foreach n,$(CHAPTERS),$(call is_gpu,$(n)))
 GPU_TEST_BINS := $(foreach n,$(GPU_CHAPTERS),$(call test_bin,$(n)))
 
 LINK = $(NVCC) $(GENCODE) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# ---- Catch2, for the goals that build tests: found or fetched (tools/find_catch2.sh) when make
+# starts, before anything compiles. v2 is one header; v3 a library, and tests/catch2_v3 maps its
+# names to v2's. Test objects depend on a stamp of these flags (the chapters' objects do not).
+CATCH2_GOALS := tests test test-chapter% sanitize check-exercises $(if $(CH),exercise) $(BUILD)/tests/%
+ifneq ($(filter $(CATCH2_GOALS),$(MAKECMDGOALS)),)
+  CATCH2 := $(shell tools/find_catch2.sh '$(CATCH2_INCLUDE)' '$(BUILD)/deps')
+  $(if $(CATCH2),,$(error no usable Catch2 for the tests (the line above says why)))
+  CATCH2_DIR := $(filter-out -,$(word 2,$(CATCH2)))
+  CATCH2_FLAGS := $(if $(CATCH2_DIR),-isystem $(CATCH2_DIR)) $(if $(filter 3,$(word 1,$(CATCH2))),-I tests/catch2_v3)
+  $(TEST_BINS): LDLIBS += $(word 3,$(CATCH2))
+  CATCH2_STAMP := $(BUILD)/catch2-$(shell echo '$(CATCH2_FLAGS)' | md5sum | cut -c1-10)
+endif
 
 define CHAPTER_RULES
 chapter$(1): $(call obj,$(call main_src,$(1))) $(call link_objs,$(1))
@@ -106,6 +118,15 @@ $(BUILD)/%.o: %.cu $(FLAGS_STAMP)
 
 $(BUILD)/%.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(CATCH2_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/catch2-*
+	@touch $@
+
+$(BUILD)/tests/%.o: tests/%.cpp $(FLAGS_STAMP) $(CATCH2_STAMP)
+	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) $(CATCH2_FLAGS) -c $< -o $@
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
@@ -131,7 +152,7 @@ docs:
 # ---- bug-hunt exercises (docs/exercises.md) ------------------------------------------------------
 # make exercise CH=5 BUG=2 plants bug 2 of chapter 5 in a copy (exercises-work/ch5-bug2/), builds the
 # chapter's tests there and runs them; make check-exercises proves that every planted bug is caught.
-EXERCISE_ENV = ARCH="$(ARCH)" CATCH2_INCLUDE="$(CATCH2_INCLUDE)" NVCC="$(NVCC)" \
+EXERCISE_ENV = ARCH="$(ARCH)" CATCH2_INCLUDE="$(or $(CATCH2_DIR),$(CATCH2_INCLUDE))" NVCC="$(NVCC)" \
   EXTRA_NVCCFLAGS="$(EXTRA_NVCCFLAGS)" BUILD="$(BUILD)"
 .PHONY: exercise check-exercises
 
@@ -205,5 +226,6 @@ help:
 	@echo "Other"
 	@echo "  make clean           remove $(BUILD)/ and the programs"
 	@echo "Variables: ARCH=sm_90 (GPU target; now: $(if $(ARCH),$(ARCH),fat binary sm_75..sm_90)),"
-	@echo "           CATCH2_INCLUDE=dir (Catch2 header outside the system include path), NVCC=path,"
+	@echo "           CATCH2_INCLUDE=dir (a Catch2 v2 or v3 include folder; by default the installed one,"
+	@echo "           or Debian's package fetched into $(BUILD)/deps), NVCC=path,"
 	@echo "           EXTRA_NVCCFLAGS='-D...' (more nvcc flags, e.g. a chapter's tuning macros)"

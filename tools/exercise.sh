@@ -108,8 +108,9 @@ ex_seed() {
     local from=$1 to=$2/build ch=$3 stamp=$4 c d
     [ -n "$stamp" ] && [ -f "$from/$stamp" ] || return 1
     mkdir -p "$to/tests" "$to/chapters"
-    rm -f "$to"/flags-*
+    rm -f "$to"/flags-* "$to"/catch2-*
     cp -a "$from/$stamp" "$to/"
+    cp -a "$from"/catch2-* "$to/" 2>/dev/null
     for c in $(ex_link_chapters "$ch"); do
         d=$(basename "$EX_ROOT"/chapters/"$(printf '%02d' "$c")"_*)
         [ -d "$from/chapters/$d" ] && rm -rf "$to/chapters/$d" && cp -a "$from/chapters/$d" "$to/chapters/"
