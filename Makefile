@@ -145,9 +145,7 @@ sanitize: $(GPU_TEST_BINS)
 	@tools/sanitize.sh $(GPU_TEST_BINS)
 
 docs:
-	@mkdir -p $(BUILD)
-	doxygen docs/Doxyfile
-	@echo "docs: open $(BUILD)/docs/html/index.html"
+	@BUILD=$(BUILD) tools/make_docs.sh
 
 # ---- bug-hunt exercises (docs/exercises.md) ------------------------------------------------------
 # make exercise CH=5 BUG=2 plants bug 2 of chapter 5 in a copy (exercises-work/ch5-bug2/), builds the
@@ -222,7 +220,8 @@ help:
 	@echo "                      CSV=\"full.csv partial.csv\": the partial run's chapters replace the full one's)"
 	@echo "  make compare         the course's kernels next to PyTorch's SDPA (needs torch; COMPARE_ARGS=--quick)"
 	@echo "Docs"
-	@echo "  make docs            HTML docs with Doxygen into $(BUILD)/docs/html"
+	@echo "  make docs            HTML docs with Doxygen into $(BUILD)/docs/html; fails on a dead local link"
+	@echo "                       (MathJax: libjs-mathjax's when installed, to read offline; else its CDN)"
 	@echo "Other"
 	@echo "  make clean           remove $(BUILD)/ and the programs"
 	@echo "Variables: ARCH=sm_90 (GPU target; now: $(if $(ARCH),$(ARCH),fat binary sm_75..sm_90)),"
