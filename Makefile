@@ -181,7 +181,7 @@ bench: $(if $(BENCH_DRY_RUN),,$(BENCH_PROGRAMS))
 	@$(PYTHON) tools/bench.py $(strip $(BENCH_FLAGS)) --command "$(strip make bench $(BENCH_GIVEN))"
 
 plots:
-	@$(PYTHON) tools/plot_results.py $(if $(CSV),--csv "$(CSV)")
+	@$(PYTHON) tools/plot_results.py $(foreach c,$(CSV),--csv "$(c)") $(foreach c,$(PYTORCH_CSV),--pytorch "$(c)")
 
 results-table:
 	@$(PYTHON) tools/update_readme_table.py $(foreach c,$(CSV),--csv "$(c)")
@@ -215,7 +215,9 @@ help:
 	@echo "  make bench           every GPU chapter over one grid of shapes -> results/<gpu>-<date>.csv"
 	@echo "                       BENCH_CHAPTERS, BENCH_D, BENCH_N, BENCH_CAUSAL, BENCH_REPEAT narrow it;"
 	@echo "                       BENCH_DRY_RUN=1 prints the commands only"
-	@echo "  make plots           PNG figures of a results file into docs/figures (CSV=file; needs matplotlib)"
+	@echo "  make plots           PNG figures of results files into docs/figures (CSV=\"full.csv partial.csv\""
+	@echo "                       as for results-table; PYTORCH_CSV=compare_pytorch file(s) add PyTorch's"
+	@echo "                       flash and cuDNN rates; needs tools/requirements.txt)"
 	@echo "  make results-table   rewrite README.md's results section from a results file (CSV=file;"
 	@echo "                      CSV=\"full.csv partial.csv\": the partial run's chapters replace the full one's)"
 	@echo "  make compare         the course's kernels next to PyTorch's SDPA (needs torch; COMPARE_ARGS=--quick)"
