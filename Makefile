@@ -84,6 +84,15 @@ ifneq ($(filter $(CATCH2_GOALS),$(MAKECMDGOALS)),)
   CATCH2_STAMP := $(BUILD)/catch2-$(shell echo '$(CATCH2_FLAGS)' | md5sum | cut -c1-10)
 endif
 
+# ---- targets that would check nothing on this machine say why and stop before building anything
+CUOBJDUMP := $(or $(shell command -v cuobjdump 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/cuobjdump))
+ifneq ($(filter %.sass,$(MAKECMDGOALS)),)
+  $(if $(CUOBJDUMP),,$(error cuobjdump not found (neither on PATH nor in $(CUDA_HOME)/bin): make chapterN.sass needs the CUDA Toolkit's cuobjdump (Debian/Ubuntu's NVIDIA packages: cuda-cuobjdump-<version>)))
+endif
+ifneq ($(filter sanitize,$(MAKECMDGOALS)),)
+  $(if $(GPU_CC),,$(error make sanitize: no CUDA device on this machine (nvidia-smi lists none), so nothing could be checked))
+endif
+
 define CHAPTER_RULES
 chapter$(1): $(call obj,$(call main_src,$(1))) $(call link_objs,$(1))
 	$$(LINK)
@@ -95,7 +104,7 @@ endif
 test-chapter$(1): $(call test_bin,$(1))
 	@tests/run_tests.sh $$^ -- $$(if $$(VARIANT),"[v$$(VARIANT)]") $$(TEST_ARGS)
 chapter$(1).sass: $(call lib_objs,$(1))
-	cuobjdump -sass $$^ > $$@
+	$(CUOBJDUMP) -sass $$^ > $$@
 	@echo "wrote $$@ (SASS of $$^)"
 chapter$(1).ptx: $(filter %.cu,$(call lib_srcs,$(1)))
 	$(NVCC) -std=c++17 -O3 -lineinfo -arch=$(PTX_ARCH) -ptx $$^ -o $$@
@@ -112,12 +121,14 @@ $(FLAGS_STAMP):
 	@rm -f $(BUILD)/flags-*
 	@touch $@
 
+# Each object is written as a new file (rm first): make exercise hard-links unchanged objects into
+# its work folders, and a compiler writing in place would change both copies.
 $(BUILD)/%.o: %.cu $(FLAGS_STAMP)
-	@mkdir -p $(@D)
+	@mkdir -p $(@D) && rm -f $@
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.cpp $(FLAGS_STAMP)
-	@mkdir -p $(@D)
+	@mkdir -p $(@D) && rm -f $@
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
 $(CATCH2_STAMP):
@@ -126,7 +137,7 @@ $(CATCH2_STAMP):
 	@touch $@
 
 $(BUILD)/tests/%.o: tests/%.cpp $(FLAGS_STAMP) $(CATCH2_STAMP)
-	@mkdir -p $(@D)
+	@mkdir -p $(@D) && rm -f $@
 	$(CXX) $(CXXFLAGS) $(CATCH2_FLAGS) -c $< -o $@
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
@@ -152,13 +163,16 @@ docs:
 # chapter's tests there and runs them; make check-exercises proves that every planted bug is caught.
 EXERCISE_ENV = ARCH="$(ARCH)" CATCH2_INCLUDE="$(or $(CATCH2_DIR),$(CATCH2_INCLUDE))" NVCC="$(NVCC)" \
   EXTRA_NVCCFLAGS="$(EXTRA_NVCCFLAGS)" BUILD="$(BUILD)"
-.PHONY: exercise check-exercises
+.PHONY: exercise check-exercises clean-exercises
 
 exercise:
 	@$(EXERCISE_ENV) tools/exercise.sh "$(CH)" "$(BUG)"
 
 check-exercises:
 	@$(EXERCISE_ENV) tools/check_exercises.sh
+
+clean-exercises:
+	rm -rf exercises-work
 
 # ---- benchmarks (docs/benchmarks.md) -------------------------------------------------------------
 # make bench runs every GPU chapter over one grid of shapes into results/<gpu>-<date>.csv.
@@ -189,7 +203,7 @@ results-table:
 compare: chapter3 chapter4 chapter5 chapter7
 	@$(PYTHON) tools/compare_pytorch.py $(COMPARE_ARGS)
 
-clean:
+clean: clean-exercises
 	rm -rf $(BUILD) $(foreach n,$(CHAPTERS),chapter$(n) chapter$(n).sass chapter$(n).ptx)
 
 help:
@@ -203,9 +217,10 @@ help:
 	@echo "  make test-chapterN VARIANT=k  only the tests of kernel variant k (chapters 5 and 7: the one"
 	@echo "                       you edited), on the CPU emulator and, with a GPU, on the GPU"
 	@echo "  make sanitize        compute-sanitizer memcheck, racecheck, synccheck, initcheck over every"
-	@echo "                       GPU chapter's tests on small shapes (says so and exits 0 without a GPU)"
+	@echo "                       GPU chapter's tests on small shapes (without a GPU: says so, exits 1)"
 	@echo "  make exercise CH=N BUG=K  plant bug K of chapter N in a copy (exercises-work/) and run its tests;"
-	@echo "                       fix it there and rerun (docs/exercises.md). make exercise lists them all"
+	@echo "                       fix it there and rerun (docs/exercises.md). make exercise lists them all;"
+	@echo "                       make clean-exercises removes every work folder"
 	@echo "  make check-exercises every planted bug must make its chapter's tests fail (without a GPU: the"
 	@echo "                       cpu ones; CHECK_EXERCISES_ONLY=\"5:2 7\" picks some, EXERCISES_JOBS=N)"
 	@echo "Reading what the compiler made"
@@ -225,7 +240,7 @@ help:
 	@echo "  make docs            HTML docs with Doxygen into $(BUILD)/docs/html; fails on a dead local link"
 	@echo "                       (MathJax: libjs-mathjax's when installed, to read offline; else its CDN)"
 	@echo "Other"
-	@echo "  make clean           remove $(BUILD)/ and the programs"
+	@echo "  make clean           remove $(BUILD)/, the programs and the exercises' work folders"
 	@echo "Variables: ARCH=sm_90 (GPU target; now: $(if $(ARCH),$(ARCH),fat binary sm_75..sm_90)),"
 	@echo "           CATCH2_INCLUDE=dir (a Catch2 v2 or v3 include folder; by default the installed one,"
 	@echo "           or Debian's package fetched into $(BUILD)/deps), NVCC=path,"

@@ -87,12 +87,14 @@ ex_link_chapters() {
     echo "$1 $(sed -n "s/^USES_$1 *:= *//p" "$EX_ROOT/Makefile")"
 }
 
-# Copies what a build needs (Makefile, common/, tests/, chapters/ without the exercises) into $1,
-# keeping modification times, so that objects copied next to it are up to date.
+# Copies what a build needs (Makefile, common/, tests/, chapters/ without the exercises, the
+# Makefile's Catch2 finder) into $1, keeping modification times, so that objects copied next to it
+# are up to date.
 ex_copy_sources() {
-    mkdir -p "$1"
+    mkdir -p "$1/tools"
     rm -rf "$1/Makefile" "$1/common" "$1/tests" "$1/chapters"
     cp -a "$EX_ROOT/Makefile" "$EX_ROOT/common" "$EX_ROOT/tests" "$EX_ROOT/chapters" "$1/"
+    cp -a "$EX_ROOT/tools/find_catch2.sh" "$1/tools/"
     rm -rf "$1"/chapters/*/exercises
 }
 
@@ -102,10 +104,20 @@ ex_stamp() {
         -f <(printf 'ex-print-stamp:\n\t@echo $(notdir $(FLAGS_STAMP))\n') ex-print-stamp 2>/dev/null
 }
 
+# Copies file $1 to $2 keeping its time; an object file is hard-linked instead (no disk space; the
+# Makefile writes every object as a new file, so a rebuild on either side leaves the other alone).
+ex_copy_file() {
+    mkdir -p "$(dirname "$2")"
+    case "$1" in
+        *.o) ln -f "$1" "$2" 2>/dev/null || cp -a "$1" "$2" ;;
+        *) cp -a "$1" "$2" ;;
+    esac
+}
+
 # Copies into $2/build the objects of build folder $1 that chapter $3's test binary links, when $1
 # was built with the flags of this run ($4, the stamp name). Returns 1 when it has nothing to copy.
 ex_seed() {
-    local from=$1 to=$2/build ch=$3 stamp=$4 c d
+    local from=$1 to=$2/build ch=$3 stamp=$4 c d f
     [ -n "$stamp" ] && [ -f "$from/$stamp" ] || return 1
     mkdir -p "$to/tests" "$to/chapters"
     rm -f "$to"/flags-* "$to"/catch2-*
@@ -113,10 +125,14 @@ ex_seed() {
     cp -a "$from"/catch2-* "$to/" 2>/dev/null
     for c in $(ex_link_chapters "$ch"); do
         d=$(basename "$EX_ROOT"/chapters/"$(printf '%02d' "$c")"_*)
-        [ -d "$from/chapters/$d" ] && rm -rf "$to/chapters/$d" && cp -a "$from/chapters/$d" "$to/chapters/"
+        [ -d "$from/chapters/$d" ] || continue
+        rm -rf "$to/chapters/$d"
+        while IFS= read -r f; do ex_copy_file "$from/$f" "$to/$f"; done \
+            < <(cd "$from" && find "chapters/$d" -type f)
     done
-    cp -a "$from"/tests/main.[od] "$to/tests/" 2>/dev/null
-    cp -a "$from"/tests/"$(printf 'chapter%02d_test' "$ch")".[od] "$to/tests/" 2>/dev/null
+    for f in "$from"/tests/main.[od] "$from"/tests/"$(printf 'chapter%02d_test' "$ch")".[od]; do
+        [ -f "$f" ] && ex_copy_file "$f" "$to/tests/$(basename "$f")"
+    done
     return 0
 }
 
@@ -271,6 +287,7 @@ ex_main() {
     (cd "$dir" && tests/run_tests.sh "$bin" -- "${args[@]}" >test.log 2>&1)
     status=$?
     ex_summarize "$dir/test.log"
+    local unchecked=0
     if [ "$where" != cpu ] && [ "$gpu" = 0 ]; then
         echo
         if [ "$status" -ne 0 ]; then
@@ -278,7 +295,8 @@ ex_main() {
             echo "bug anyway (chapter 7's [cpu] tests run the kernels' own source in a CPU emulator)."
         else
             echo "This bug lives in GPU code and its tests need a CUDA device: the [gpu] test cases were"
-            echo "skipped here, and the [cpu] tests cannot see it."
+            echo "skipped here, and the [cpu] tests cannot see it, so nothing was checked."
+            unchecked=1 status=1
         fi
     fi
     if [ -n "$sanitizer" ] && [ "$gpu" = 1 ]; then
@@ -297,8 +315,11 @@ ex_main() {
         fi
     fi
     echo
-    echo "== The work folder is $rel/"
-    if [ "$where" != cpu ] && [ "$gpu" = 0 ] && [ "$status" -eq 0 ]; then
+    local own_mb
+    own_mb=$(find "$dir" -type f -links 1 -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s / 1e6 }')
+    echo "== The work folder is $rel/ (${own_mb} MB of its own; unchanged objects are shared with the"
+    echo "   repository's build). RESET=1 starts it over; make clean-exercises removes every work folder."
+    if [ "$unchecked" = 1 ]; then
         echo "   Read its sources with the symptom and the hints in mind; on a GPU machine, run"
         echo "   make exercise CH=$ch BUG=$bug there."
     elif [ "$status" -eq 0 ]; then
