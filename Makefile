@@ -163,10 +163,13 @@ docs:
 # chapter's tests there and runs them; make check-exercises proves that every planted bug is caught.
 EXERCISE_ENV = ARCH="$(ARCH)" CATCH2_INCLUDE="$(or $(CATCH2_DIR),$(CATCH2_INCLUDE))" NVCC="$(NVCC)" \
   EXTRA_NVCCFLAGS="$(EXTRA_NVCCFLAGS)" BUILD="$(BUILD)"
-.PHONY: exercise check-exercises clean-exercises
+.PHONY: exercise exercise-answer check-exercises clean-exercises
 
 exercise:
 	@$(EXERCISE_ENV) tools/exercise.sh "$(CH)" "$(BUG)"
+
+exercise-answer:
+	@tools/exercise.sh --answer "$(CH)" "$(BUG)"
 
 check-exercises:
 	@$(EXERCISE_ENV) tools/check_exercises.sh
@@ -220,7 +223,8 @@ help:
 	@echo "                       GPU chapter's tests on small shapes (without a GPU: says so, exits 1)"
 	@echo "  make exercise CH=N BUG=K  plant bug K of chapter N in a copy (exercises-work/) and run its tests;"
 	@echo "                       fix it there and rerun (docs/exercises.md). make exercise lists them all;"
-	@echo "                       make clean-exercises removes every work folder"
+	@echo "                       make clean-exercises removes every work folder; make exercise-answer"
+	@echo "                       CH=N BUG=K shows the planted change"
 	@echo "  make check-exercises every planted bug must make its chapter's tests fail (without a GPU: the"
 	@echo "                       cpu ones; CHECK_EXERCISES_ONLY=\"5:2 7\" picks some, EXERCISES_JOBS=N)"
 	@echo "Reading what the compiler made"

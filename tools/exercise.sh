@@ -5,6 +5,7 @@
 #   tools/exercise.sh CH BUG          copy the sources to exercises-work/chCH-bugBUG/, apply
 #                                     chapters/NN_*/exercises/bugBUG.patch there, build chapter CH's
 #                                     test binary there and run its tests (they fail: find out why)
+#   tools/exercise.sh --answer CH BUG print the planted change (make exercise-answer)
 # `make exercise CH=5 BUG=2` calls it. Running it again reuses the folder (your edits stay) and
 # rebuilds only what changed; RESET=1 starts over from the repository's sources.
 #
@@ -329,12 +330,32 @@ ex_main() {
         echo "   Find the bug in its sources (not in the repository's), fix it there, and rerun"
         echo "   make exercise CH=$ch BUG=$bug        (rebuilds what you changed, reruns the tests)"
         echo "   It is solved when the tests pass$([ -n "$sanitizer" ] && echo " and $sanitizer is clean")."
-        echo "   Hints, and the explanation once you are done: the end of chapters/$(ex_chapter_dir "$patch")/README.md."
+        echo "   Hints, and the explanation once you are done: the end of chapters/$(ex_chapter_dir "$patch")/README.md;"
+        echo "   the planted change itself, if you give up: make exercise-answer CH=$ch BUG=$bug."
     fi
     return "$status"
 }
 
+# make exercise-answer: the planted change of (chapter, bug), shown only when asked for.
+ex_answer() {
+    local patch
+    patch=$(ex_patch "${1:-0}" "${2:-0}")
+    if [ -z "$patch" ]; then
+        echo "make exercise-answer: there is no exercise CH=${1:-} BUG=${2:-}; make exercise lists them." >&2
+        return 2
+    fi
+    echo "The bug planted by make exercise CH=$1 BUG=$2 (the answer: the lines marked + are the bug,"
+    echo "the lines marked - what they replaced). Why it fails: the end of chapters/$(ex_chapter_dir "$patch")/README.md."
+    echo
+    sed -n '/^[^#]/,$p' "$patch"
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
-    ex_main "$@"
+    if [ "${1:-}" = --answer ]; then
+        shift
+        ex_answer "$@"
+    else
+        ex_main "$@"
+    fi
     exit $?
 fi

@@ -66,7 +66,8 @@ if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
     say "Catch2 is not installed and this is no Debian/Ubuntu machine to fetch it from: install Catch2 v2 or v3, or pass CATCH2_INCLUDE=dir."
     exit 1
 fi
-say "Catch2 is not installed: fetching Debian's package into ${deps#"$PWD"/}/ (apt-get download; no root needed) ..."
+if [ "${CATCH2_SYSTEM:-1}" = 0 ]; then why="CATCH2_SYSTEM=0 (an installed Catch2 is not used)"; else why="Catch2 is not installed"; fi
+say "$why: fetching Debian's package into ${deps#"$PWD"/}/ (apt-get download; no root needed) ..."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for pkg in catch2 libcatch2-dev; do
