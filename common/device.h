@@ -101,6 +101,24 @@ inline DeviceInfo require_device(const char* program, bool print = true) {
     return d;
 }
 
+/// The current device's shared-memory limit per block after opting in (what cudaFuncSetAttribute
+/// can raise a kernel's limit to). Read from the driver once per device and remembered, so launch
+/// code may ask before every launch; device_info() reads every property and is for programs' start.
+inline std::size_t smem_per_block_optin() {
+    static std::mutex mutex;
+    static std::map<int, std::size_t> known;
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = known.find(device);
+    if (it == known.end()) {
+        int bytes = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        it = known.emplace(device, std::size_t(bytes)).first;
+    }
+    return it->second;
+}
+
 /// Allows `kernel` to use `bytes` of dynamic shared memory. Above the default 48 KB this raises the
 /// kernel's limit with cudaFuncSetAttribute; above what the device allows at all, it prints what
 /// was asked and what the device has, and exits.

@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include "../../common/check.h"
+#include "../../common/math.h"
 #include "../../common/warp.cuh"
 #include "online_softmax.h"
 
@@ -56,8 +57,8 @@ __device__ __forceinline__ int entry_index(int q, int c, int T) {
 // aligned rows; for unaligned rows it is a whole number of rounds of T chunks.
 template <bool kAligned>
 __device__ __forceinline__ int chunk_count(int cols, int T) {
-    if constexpr (kAligned) return (cols + 3) / 4;
-    else return (cols + 4 * T - 1) / (4 * T) * T;
+    if constexpr (kAligned) return fa::ceil_div(cols, 4);
+    else return fa::ceil_div(cols, 4 * T) * T;
 }
 
 // Chunk q of a row; entries past the row end read as −inf. Aligned rows have cols % 4 == 0, so a
@@ -237,11 +238,11 @@ softmax_online_registers_kernel(const float* x, float* y, float* lse, int cols) 
 
 // ---- launching ----------------------------------------------------------------------------------
 
-int round_up_32(int n) { return (n + 31) / 32 * 32; }
+int round_up_32(int n) { return fa::ceil_div(n, 32) * 32; }
 
 // Threads per row of kernels 1 and 2: one per chunk of 4, at least 32, at most kStreamThreads.
 int stream_threads(int cols) {
-    const int chunks = (cols + 3) / 4;
+    const int chunks = fa::ceil_div(cols, 4);
     return chunks >= kStreamThreads ? kStreamThreads : round_up_32(chunks);
 }
 
@@ -251,12 +252,12 @@ struct RegisterConfig {
     int vpt, threads;
 };
 RegisterConfig register_config(int cols) {
-    const int chunks = (cols + 3) / 4;
+    const int chunks = fa::ceil_div(cols, 4);
     for (int vpt : {1, 2, 4}) {
-        const int threads = (chunks + vpt - 1) / vpt;
+        const int threads = fa::ceil_div(chunks, vpt);
         if (threads <= 256) return {vpt, round_up_32(threads)};
     }
-    return {8, round_up_32((chunks + 7) / 8)};
+    return {8, round_up_32(fa::ceil_div(chunks, 8))};
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }

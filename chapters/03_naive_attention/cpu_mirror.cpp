@@ -8,6 +8,8 @@
 
 #include "naive_attention.h"
 
+#include "../../common/math.h"
+
 namespace ch3 {
 namespace {
 
@@ -15,7 +17,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Alg. 0 line 1: S = scale · Q Kᵀ for one head, tile (tr, tc) at a time.
 void scores_mirror(const fa::AttnShape& s, const float* Q_h, const float* K_h, float* S_h) {
-    const int N = s.N, D = s.D, T = (N + kTile - 1) / kTile;
+    const int N = s.N, D = s.D, T = fa::ceil_div(N, kTile);
     for (int tr = 0; tr < T; ++tr)
         for (int tc = 0; tc < T; ++tc) {
             const bool skipped = s.causal && tile_above_diagonal(tr, tc);

@@ -29,6 +29,7 @@
 #include <cstdlib>
 
 #include "../../common/check.h"
+#include "../../common/math.h"
 #include "../../common/warp.cuh"
 #include "../02_online_softmax/online_softmax.h"
 
@@ -39,8 +40,6 @@ constexpr int kMicro = 4;                  // each thread owns kMicro × kMicro 
 constexpr int kSide = kTile / kMicro;      // 16 × 16 threads per block
 constexpr int kBlock2d = kSide * kSide;    // 256
 constexpr int kChunk = 16;                 // head-dim columns (scores) or keys (output) per step
-
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // Alg. 0 line 1: S_ij = scale · Q_i K_jᵀ for one kTile × kTile tile, over D in chunks of kChunk.
 // Entries outside N × N are neither computed nor written; staged values outside Q, K are zeros.
@@ -249,7 +248,7 @@ void scores_stage(int variant, const fa::AttnShape& s, const float* Q, const flo
                   cublasHandle_t cublas) {
     require_supported(variant, s);
     if (variant == kHandWritten) {
-        const int T = ceil_div(s.N, kTile);
+        const int T = fa::ceil_div(s.N, kTile);
         scores_kernel<<<dim3(T, T, unsigned(s.heads_total())), dim3(kSide, kSide)>>>(
             Q, K, S, s.N, s.D, s.scale, s.causal);
         CUDA_CHECK_LAUNCH();
@@ -278,8 +277,8 @@ void output_stage(int variant, const fa::AttnShape& s, const float* P, const flo
                   cublasHandle_t cublas) {
     require_supported(variant, s);
     if (variant == kHandWritten) {
-        output_kernel<<<dim3(ceil_div(s.D, kTile), ceil_div(s.N, kTile), unsigned(s.heads_total())),
-                        dim3(kSide, kSide)>>>(P, V, O, s.N, s.D, s.causal);
+        const dim3 grid(fa::ceil_div(s.D, kTile), fa::ceil_div(s.N, kTile), unsigned(s.heads_total()));
+        output_kernel<<<grid, dim3(kSide, kSide)>>>(P, V, O, s.N, s.D, s.causal);
         CUDA_CHECK_LAUNCH();
         return;
     }

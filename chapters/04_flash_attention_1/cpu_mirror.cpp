@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../../common/attention_gpu.h"
+#include "../../common/math.h"
 #include "../../common/parallel.h"
 
 namespace ch4 {
@@ -38,7 +39,7 @@ void mirror_head(const fa::AttnShape& s, const float* Q, const float* K, const f
     std::fill(O, O + std::size_t(N) * D, 0.0f);
     n.olm += std::size_t(N) * (D + 2);
     // Lines 3–4: T_r query tiles of B_r rows, T_c key tiles of B_c keys (the last ones may be short).
-    const int T_r = (N + B_r - 1) / B_r, T_c = (N + B_c - 1) / B_c;
+    const int T_r = fa::ceil_div(N, B_r), T_c = fa::ceil_div(N, B_c);
     std::vector<float> K_j(std::size_t(B_c) * D), V_j(std::size_t(B_c) * D);
     std::vector<float> Q_i(std::size_t(B_r) * D), O_i(std::size_t(B_r) * D);
     std::vector<float> S_ij(std::size_t(B_r) * B_c), P_ij(std::size_t(B_r) * B_c);
@@ -123,14 +124,14 @@ Traffic to_traffic(const fa::AttnShape& s, Tiles t, const Counts& n) {
 
 Tiles paper_tiles(int D, std::size_t smem_bytes_per_block) {
     const std::size_t M = smem_bytes_per_block / sizeof(float), four_d = 4 * std::size_t(D);
-    const int B = int(std::max<std::size_t>(1, (M + four_d - 1) / four_d));  // ⌈M / 4d⌉
+    const int B = int(std::max<std::size_t>(1, fa::ceil_div(M, four_d)));  // ⌈M / 4d⌉
     return {std::min(B, D), B};
 }
 
 Traffic traffic(const fa::AttnShape& s, Tiles t) {
     // The mirror's loop bounds, with the counting and none of the arithmetic.
     const int N = s.N, D = s.D;
-    const int T_r = (N + t.Br - 1) / t.Br, T_c = (N + t.Bc - 1) / t.Bc;
+    const int T_r = fa::ceil_div(N, t.Br), T_c = fa::ceil_div(N, t.Bc);
     Counts n;
     n.olm = std::size_t(N) * (D + 2) + 2 * std::size_t(N);  // line 2, and reading l, m for L
     n.l_out = std::size_t(N);

@@ -35,13 +35,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <string>
 
 #include <cuda_runtime.h>
 
 #include "../../common/check.h"
 #include "../../common/device.h"
+#include "../../common/float4.cuh"
+#include "../../common/math.h"
 #include "../../common/warp.cuh"
 
 namespace ch4 {
@@ -75,7 +76,7 @@ __global__ void flash1_readable(fa::AttnShape s, Tiles t, const float* __restric
                                 float* __restrict__ O, float* __restrict__ L, float* __restrict__ l,
                                 float* __restrict__ m) {
     const int N = s.N, D = s.D, B_r = t.Br, B_c = t.Bc, tid = threadIdx.x;
-    const int T_r = (N + B_r - 1) / B_r, T_c = (N + B_c - 1) / B_c;  // Alg. 1 line 3 (and 4)
+    const int T_r = fa::ceil_div(N, B_r), T_c = fa::ceil_div(N, B_c);  // Alg. 1 line 3 (and 4)
     const std::size_t head = std::size_t(blockIdx.x) * N;            // first row of this (batch, head)
     Q += head * D, K += head * D, V += head * D, O += head * D, L += head, l += head, m += head;
 
@@ -194,10 +195,6 @@ __device__ __forceinline__ void axpy4(float4& acc, float p, float4 v) {
     acc.x += p * v.x, acc.y += p * v.y, acc.z += p * v.z, acc.w += p * v.w;
 }
 
-__device__ __forceinline__ float component(float4 v, int k) {
-    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
-}
-
 /// Alg. 1 lines 8–13 for query tile i and key tile j, by one warp. K_j, V_j are in shared memory;
 /// Q_i and P̃_ij are this warp's tiles. kChunks ≥ ⌈D/32⌉: float4 column chunks of O per lane.
 template <int kChunks>
@@ -282,7 +279,7 @@ __device__ __forceinline__ void warp_tile_step(const fa::AttnShape& s, int i, in
                 if (c4 >= D4) continue;
                 const float4 v = reinterpret_cast<const float4*>(V_j + (c + k) * ld)[c4];
 #pragma unroll
-                for (int a = 0; a < kRowsPerLane; ++a) axpy4(PV[a][e], component(p[a], k), v);
+                for (int a = 0; a < kRowsPerLane; ++a) axpy4(PV[a][e], fa::component(p[a], k), v);
             }
     }
     // Alg. 1 lines 11–13, row by row: m_new, l_new; O_i rescaled and written back; l_i, m_i written.
@@ -323,7 +320,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
     const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x % 32;
     const int lr = lane / kRowLanes, lc = lane % kRowLanes;
     const Tiles t{kBr, kBc};
-    const int T_r = (N + kBr - 1) / kBr, T_c = (N + kBc - 1) / kBc;  // Alg. 1 line 3 (and 4)
+    const int T_r = fa::ceil_div(N, kBr), T_c = fa::ceil_div(N, kBc);  // Alg. 1 line 3 (and 4)
     const std::size_t head = std::size_t(blockIdx.x) * N;
     Q += head * D, K += head * D, V += head * D, O += head * D, L += head, l += head, m += head;
 
@@ -363,30 +360,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
 
 // ---- launching --------------------------------------------------------------------------------
 
-/// The current device's shared-memory limit per block after opting in.
-std::size_t device_smem_optin() {
-    int device = 0, bytes = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return std::size_t(bytes);
-}
-
-/// Raises `kernel`'s dynamic shared-memory limit to `bytes` when that is above the default 48 KB and
-/// above what was allowed before. fa::allow_dynamic_smem reads every device property (slow), so it
-/// runs once per kernel and size, not at every launch of a timing loop.
-template <class Kernel>
-void ensure_smem(Kernel kernel, std::size_t bytes, const char* what) {
-    static std::map<const void*, std::size_t> allowed;
-    std::size_t& now = allowed[reinterpret_cast<const void*>(kernel)];
-    if (bytes <= std::max<std::size_t>(now, 48 * 1024)) return;
-    fa::allow_dynamic_smem(kernel, bytes, what);
-    now = bytes;
-}
-
 template <int kChunks>
 void launch_warp_rows(const fa::AttnShape& s, const LaunchConfig& c, const float* Q, const float* K,
                       const float* V, float* O, float* L, float* l, float* m) {
-    ensure_smem(flash1_warp_rows<kChunks>, c.smem_bytes, "chapter 4 variant 2");
+    fa::allow_dynamic_smem_once(flash1_warp_rows<kChunks>, c.smem_bytes, "chapter 4 variant 2");
     flash1_warp_rows<kChunks><<<c.blocks, c.threads, c.smem_bytes>>>(s, Q, K, V, O, L, l, m);
     CUDA_CHECK_LAUNCH();
 }
@@ -417,8 +394,8 @@ LaunchConfig launch_config(int variant, const fa::AttnShape& s, Tiles tiles) {
         return c;
     }
     // As many warps as there are query tiles, at most kMaxWarps, and as many as shared memory holds.
-    const std::size_t optin = device_smem_optin();
-    int warps = std::min(kMaxWarps, (s.N + kBr - 1) / kBr);
+    const std::size_t optin = fa::smem_per_block_optin();
+    int warps = std::min(kMaxWarps, fa::ceil_div(s.N, kBr));
     while (warps > 1 && warp_rows_smem_bytes(s.D, warps) > optin) --warps;
     c.threads = 32 * warps;
     c.smem_bytes = warp_rows_smem_bytes(s.D, warps);
@@ -433,7 +410,7 @@ std::string launch_problem(int variant, const fa::AttnShape& s, Tiles tiles) {
     if (c.threads > 1024)
         return "B_r = " + std::to_string(c.tiles.Br) +
                " needs that many threads per block (one per query row); a block has at most 1024";
-    const std::size_t optin = device_smem_optin();
+    const std::size_t optin = fa::smem_per_block_optin();
     if (c.smem_bytes > optin) {
         char buf[320];
         std::snprintf(buf, sizeof buf,
@@ -460,12 +437,12 @@ void forward(int variant, const fa::AttnShape& s, const float* Q, const float* K
     float* l = scratch;
     float* m = scratch + s.rows();
     if (variant == kReadable) {
-        ensure_smem(flash1_readable, c.smem_bytes, "chapter 4 variant 1");
+        fa::allow_dynamic_smem_once(flash1_readable, c.smem_bytes, "chapter 4 variant 1");
         flash1_readable<<<c.blocks, c.threads, c.smem_bytes>>>(s, c.tiles, Q, K, V, O, L, l, m);
         CUDA_CHECK_LAUNCH();
         return;
     }
-    switch ((s.D / 4 + kRowLanes - 1) / kRowLanes) {  // float4 column chunks per lane
+    switch (fa::ceil_div(s.D / 4, kRowLanes)) {  // float4 column chunks per lane
         case 1: launch_warp_rows<1>(s, c, Q, K, V, O, L, l, m); break;
         case 2: launch_warp_rows<2>(s, c, Q, K, V, O, L, l, m); break;
         case 3: launch_warp_rows<3>(s, c, Q, K, V, O, L, l, m); break;

@@ -20,6 +20,7 @@
 #include "../../common/check.h"
 #include "../../common/cli.h"
 #include "../../common/device.h"
+#include "../../common/math.h"
 #include "../03_naive_attention/naive_attention.h"
 #include "flash1.h"
 
@@ -42,7 +43,7 @@ void print_tiles(const fa::AttnShape& s, std::size_t m_bytes, bool m_given, ch4:
                       : overridden             ? "from --br / --bc"
                                                : "line 1";
     std::printf("tiles: B_r = %d, B_c = %d (%s); T_r = %d query tiles, T_c = %d key tiles per head\n",
-                used.Br, used.Bc, why, (s.N + used.Br - 1) / used.Br, (s.N + used.Bc - 1) / used.Bc);
+                used.Br, used.Bc, why, fa::ceil_div(s.N, used.Br), fa::ceil_div(s.N, used.Bc));
 }
 
 // The grid against the SM count: one block per (batch, head), and nothing more.
@@ -54,7 +55,7 @@ void print_grid(const ch4::LaunchConfig& c, const fa::DeviceInfo& dev) {
                 c.blocks, c.threads, c.smem_bytes / 1024.0);
     std::printf("  %d SMs: %d get a block (%.0f%%)", dev.sm_count, busy, 100.0 * busy / dev.sm_count);
     if (busy < dev.sm_count) std::printf(", %d stay idle for the whole kernel", dev.sm_count - busy);
-    std::printf("; a block is %d warps, an SM holds up to %d\n", (c.threads + 31) / 32,
+    std::printf("; a block is %d warps, an SM holds up to %d\n", fa::ceil_div(c.threads, 32),
                 max_threads_per_sm / 32);
     std::printf("  (the inner loop carries every query row's softmax state from one key tile to the next, "
                 "so a (batch, head) cannot be split over blocks)\n");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../../common/math.h"
 #include "../../common/parallel.h"
 #include "flash2.h"
 
@@ -15,7 +16,7 @@ void forward_cpu_mirror(const fa::AttnShape& s, const float* Q, const float* K, 
                         float* O, float* L, Tiles t) {
     const int N = s.N, D = s.D, Br = t.Br, Bc = t.Bc;
     // Alg. 1 line 1: T_r = ceil(N / B_r) query blocks, T_c = ceil(N / B_c) key blocks
-    const int T_r = (N + Br - 1) / Br, T_c = (N + Bc - 1) / Bc;
+    const int T_r = fa::ceil_div(N, Br), T_c = fa::ceil_div(N, Bc);
     // Alg. 1 line 3: every (head, i) is independent
     fa::parallel_for(s.heads_total() * T_r, [&](std::size_t task) {
         const std::size_t head = (task / T_r) * N * D;
@@ -23,7 +24,7 @@ void forward_cpu_mirror(const fa::AttnShape& s, const float* Q, const float* K, 
         const float *Q_i = Q + head + std::size_t(r0) * D, *Kh = K + head, *Vh = V + head;
         // Alg. 1 line 5: O_i = 0, l_i = 0, m_i = -inf
         std::vector<float> O_i(std::size_t(rows) * D, 0.0f), l(rows, 0.0f), m(rows, -INFINITY), P(Bc);
-        const int j_end = s.causal ? std::min(T_c, (r0 + rows + Bc - 1) / Bc) : T_c;
+        const int j_end = s.causal ? std::min(T_c, fa::ceil_div(r0 + rows, Bc)) : T_c;
         for (int j = 0; j < j_end; ++j) {  // Alg. 1 line 6
             const int c0 = j * Bc, cols = std::min(Bc, N - c0);  // line 7: K_j, V_j are rows c0..
             for (int r = 0; r < rows; ++r) {

@@ -20,20 +20,22 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "../../common/check.h"
 #include "../../common/device.h"
+#include "../../common/dispatch.h"
 #include "../../common/fast_math.cuh"
+#include "../../common/float4.cuh"
+#include "../../common/math.h"
+#include "../../common/tensor_core/ptx.cuh"
 #include "../../common/warp.cuh"
 #include "flash2.h"
 
 namespace ch5 {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-__host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // ------------------------------------------------------------------------------------------------
 // Variant 1: one thread per query row.
@@ -67,8 +69,8 @@ __global__ void flash2_readable(const float* Q, const float* K, const float* V, 
     float m_i = -INFINITY, l_i = 0.0f;
 
     // Alg. 1 line 6, causal: key blocks after the one holding the block's last row are all masked
-    const int T_c = ceil_div(N, Bc);
-    const int j_end = causal ? min(T_c, ceil_div((i + 1) * Br, Bc)) : T_c;
+    const int T_c = fa::ceil_div(N, Bc);
+    const int j_end = causal ? min(T_c, fa::ceil_div((i + 1) * Br, Bc)) : T_c;
     for (int j = 0; j < j_end; ++j) {
         __syncthreads();  // everyone is done with the previous K_j, V_j
         // Alg. 1 line 7: load K_j, V_j (rows past N read as 0, and are masked below)
@@ -126,10 +128,10 @@ std::size_t readable_smem_bytes(Tiles t, int D) {
 
 void launch_readable(const fa::AttnShape& s, const float* Q, const float* K, const float* V,
                      float* O, float* L) {
-    const Tiles t = tiles(kReadable, s.D, fa::device_info().smem_per_block_optin);
+    const Tiles t = tiles(kReadable, s.D, fa::smem_per_block_optin());
     const std::size_t smem = readable_smem_bytes(t, s.D);
-    fa::allow_dynamic_smem(flash2_readable, smem, "chapter 5 kernel 1");
-    const dim3 grid(ceil_div(s.N, t.Br), s.H, s.B);
+    fa::allow_dynamic_smem_once(flash2_readable, smem, "chapter 5 kernel 1");
+    const dim3 grid(fa::ceil_div(s.N, t.Br), s.H, s.B);
     flash2_readable<<<grid, t.Br, smem>>>(Q, K, V, O, L, s.N, s.D, t.Bc, s.scale, s.causal);
     CUDA_CHECK_LAUNCH();
 }
@@ -148,51 +150,56 @@ void launch_readable(const fa::AttnShape& s, const float* Q, const float* K, con
 // 16-byte shared-memory request read 8 different rows of K_j; with rows padded to D_PAD + 4
 // floats those 8 rows start in 8 different bank groups: no conflicts (see ladder step 2).
 // Shared memory: Q_s [B_r][QS] | K_s [B_c][QS] | V_s [B_c][QS] | P_s [B_r][PS].
+//
+// One template for kernel 2 and every ladder step: `Step` (1..7) switches the optimizations on
+// cumulatively, so each step's change is the `if constexpr` arms labelled `// step N:` (grep -n
+// "step 4" shows what step 4 adds). Step 5 changes the tiles only (LadderStep below).
 // ------------------------------------------------------------------------------------------------
-template <int D_PAD_, int BR, int BC, bool PAD, bool VEC, bool ASYNC, bool SLIM = false,
-          bool UNROLL_S = false>
+constexpr int kLastStep = 7;  // the last ladder step is kernel 2
+
+template <int Step, int D_PAD_, int BR, int BC>
 struct Cfg {
     static constexpr int D_PAD = D_PAD_, Br = BR, Bc = BC;
     static constexpr int kThreads = 256;
     static constexpr int TM = Br / 16, TN = Bc / 16, TO = D_PAD / 64;
-    static constexpr int QS = D_PAD + (PAD ? 4 : 0);  // row stride of Q_s, K_s, V_s (floats)
-    static constexpr int PS = Bc + (PAD ? 16 : 0);    // row stride of P_s: two half-warps write
-                                                      // rows 16 banks apart
-    static constexpr bool kVec = VEC, kAsync = ASYNC;
-    // SLIM: fewer instructions that are not multiply-adds (fixed-count tile loads, one FFMA and one
-    // MUFU per probability, masks only on cut tiles, O rescaled only when a row max moved).
-    static constexpr bool kSlim = SLIM;
-    // UNROLL_S: the loop over head dims of S_ij = Q_i K_j^T fully unrolled (else 4 steps of 4),
+    // step 1: register tiles of S_ij and O_i, row max and row sum by shuffles
+    static constexpr bool kPad = Step >= 2;    // step 2: padded rows, no bank conflicts
+    static constexpr bool kVec = Step >= 3;    // step 3: 16-byte loads and stores
+    static constexpr bool kAsync = Step >= 4;  // step 4: cp.async, K_j and V_j load during compute
+    // step 6: fewer instructions that are not multiply-adds (fixed-count tile loads, one FFMA and
+    // one MUFU per probability, masks only on cut tiles, O rescaled only when a row max moved)
+    static constexpr bool kSlim = Step >= 6;
+    // step 7: the loop over head dims of S_ij = Q_i K_j^T fully unrolled (before: 4 steps of 4),
     // so the compiler can issue the shared-memory loads of later steps ahead of the FFMAs
-    static constexpr int kUnrollS = UNROLL_S ? D_PAD / 4 : 4;
+    static constexpr bool kUnrollS = Step >= 7;
+    static constexpr int QS = D_PAD + (kPad ? 4 : 0);  // step 2: row stride of Q_s, K_s, V_s (floats)
+    static constexpr int PS = Bc + (kPad ? 16 : 0);    // step 2: row stride of P_s: two half-warps
+                                                       // write rows 16 banks apart
     static constexpr std::size_t kSmemFloats =
         std::size_t(Br) * QS + 2 * std::size_t(Bc) * QS + std::size_t(Br) * PS;
+    static_assert(Step >= 1 && Step <= kLastStep, "ladder steps 1..7");
     static_assert(Br % 16 == 0 && Bc % 16 == 0 && D_PAD % 64 == 0, "tile shape");
-    static_assert(!ASYNC || VEC, "cp.async copies 16-byte chunks");
-    static_assert(!SLIM || ASYNC, "the slim step builds on the cp.async kernel");
 };
 
-// 16-byte copy global -> shared that does not wait for the data (cp.async, sm_80+). When `valid`
-// is false nothing is read and the 16 bytes are zero-filled. Older GPUs copy synchronously.
+// The cp.async of common/tensor_core/ptx.cuh (sm_80+), with the fallback chapter 5 keeps for older
+// GPUs: there the 16 bytes are copied at once and there is nothing to commit or wait for.
+// copy16_async: when `valid` is false nothing is read and the 16 bytes become zeros.
 __device__ __forceinline__ void copy16_async(float* dst, const float* src, bool valid) {
-#if __CUDA_ARCH__ >= 800
-    const unsigned dst_addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_addr), "l"(src),
-                 "r"(valid ? 16 : 0));
+#if FA_TC_SM80
+    tc::cp_async_16_zfill(dst, src, valid);
 #else
     *reinterpret_cast<float4*>(dst) = valid ? *reinterpret_cast<const float4*>(src) : make_float4(0, 0, 0, 0);
 #endif
 }
 __device__ __forceinline__ void async_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
+#if FA_TC_SM80
+    tc::cp_async_commit();
 #endif
 }
-// Waits until at most `Pending` of this thread's committed copy groups are still in flight.
 template <int Pending>
 __device__ __forceinline__ void async_wait() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+#if FA_TC_SM80
+    tc::cp_async_wait<Pending>();
 #endif
 }
 
@@ -203,8 +210,8 @@ template <class C, int ROWS>
 __device__ __forceinline__ void load_tile(float* dst, const float* head, int row0, int N, int D) {
     constexpr int kPerRow = C::D_PAD / 4;  // 16-byte chunks per row
     if constexpr (C::kSlim) {
-        // each thread copies the same column chunk of every kRowStep-th row: a fixed trip count,
-        // no division, the column test done once
+        // step 6: each thread copies the same column chunk of every kRowStep-th row: a fixed trip
+        // count, no division, the column test done once
         static_assert(C::kVec && C::kThreads % kPerRow == 0 && ROWS * kPerRow % C::kThreads == 0,
                       "16-byte chunks, an equal share for every thread");
         constexpr int kRowStep = C::kThreads / kPerRow;
@@ -215,20 +222,20 @@ __device__ __forceinline__ void load_tile(float* dst, const float* head, int row
             const bool valid = d_valid && row0 + r < N;
             copy16_async(dst + r * C::QS + d, valid ? head + std::size_t(row0 + r) * D + d : head, valid);
         }
-    } else if constexpr (C::kVec) {
+    } else if constexpr (C::kVec) {  // step 3: 16-byte chunks
         constexpr int kChunks = ROWS * kPerRow;
         for (int e = threadIdx.x; e < kChunks; e += C::kThreads) {
             const int r = e / kPerRow, d = 4 * (e % kPerRow);
             const bool valid = row0 + r < N && d < D;
             const float* src = valid ? head + std::size_t(row0 + r) * D + d : head;
             float* out = dst + r * C::QS + d;
-            if constexpr (C::kAsync)
+            if constexpr (C::kAsync)  // step 4: cp.async
                 copy16_async(out, src, valid);
             else
                 *reinterpret_cast<float4*>(out) =
                     valid ? *reinterpret_cast<const float4*>(src) : make_float4(0, 0, 0, 0);
         }
-    } else {
+    } else {  // before step 3: one float at a time
         for (int e = threadIdx.x; e < ROWS * C::D_PAD; e += C::kThreads) {
             const int r = e / C::D_PAD, d = e % C::D_PAD;
             dst[r * C::QS + d] = row0 + r < N && d < D ? head[std::size_t(row0 + r) * D + d] : 0.0f;
@@ -275,7 +282,8 @@ __device__ __forceinline__ void tile_scores(const float* Q_s, const float* K_s, 
     for (int a = 0; a < C::TM; ++a)
 #pragma unroll
         for (int b = 0; b < C::TN; ++b) S[a][b] = 0.0f;
-#pragma unroll C::kUnrollS
+    constexpr int kUnroll = C::kUnrollS ? C::D_PAD / 4 : 4;  // step 7: fully unrolled
+#pragma unroll kUnroll
     for (int d = 0; d < C::D_PAD; d += 4) {
         ScoreFrags<C> f;
         load_score_frags<C>(f, Q_s, K_s, rg, cg, d);
@@ -285,9 +293,9 @@ __device__ __forceinline__ void tile_scores(const float* Q_s, const float* K_s, 
 
 // Alg. 1 line 9 for this thread's rows, in base 2 (e^x = 2^(x·log2 e)): m_new = max(m, rowmax S),
 // P = 2^(S - m_new) (kept in S), the partial l over this thread's columns rescaled and extended,
-// and line 10's rescale of O_i by 2^(m - m_new). Without SLIM, S and m are already scaled by
-// c = scale·log2 e. With SLIM they are raw scores: 2^((S - m)·c) is one FFMA and one MUFU, and O_i
-// is rescaled only if some row max of the warp moved (else every factor is exactly 1).
+// and line 10's rescale of O_i by 2^(m - m_new). Before step 6, S and m are already scaled by
+// c = scale·log2 e. From step 6 they are raw scores: 2^((S - m)·c) is one FFMA and one MUFU, and
+// O_i is rescaled only if some row max of the warp moved (else every factor is exactly 1).
 template <class C>
 __device__ __forceinline__ void online_softmax(float (&S)[C::TM][C::TN], float (&m)[C::TM],
                                                float (&l)[C::TM], float4 (&O)[C::TM][C::TO], float c) {
@@ -302,7 +310,7 @@ __device__ __forceinline__ void online_softmax(float (&S)[C::TM][C::TN], float (
         const float m_new = fmaxf(m[a], rowmax);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no -inf - (-inf)
         float rowsum = 0.0f;
-        if constexpr (C::kSlim) {
+        if constexpr (C::kSlim) {  // step 6: the scale folded into one FFMA, then MUFU.EX2
             alpha[a] = fa::fast_exp2((m[a] - m_use) * c);  // exactly 1 when m did not move
             const float mc = m_use * c;
 #pragma unroll
@@ -323,7 +331,7 @@ __device__ __forceinline__ void online_softmax(float (&S)[C::TM][C::TN], float (
         l[a] = alpha[a] * l[a] + rowsum;
         m[a] = m_new;
     }
-    if (C::kSlim && !__any_sync(0xffffffffu, moved)) return;
+    if (C::kSlim && !__any_sync(0xffffffffu, moved)) return;  // step 6: lazy rescale
 #pragma unroll
     for (int a = 0; a < C::TM; ++a)
 #pragma unroll
@@ -334,7 +342,7 @@ __device__ __forceinline__ void online_softmax(float (&S)[C::TM][C::TN], float (
 
 // The masks of Alg. 1 line 8 on this thread's scores (rows row + 16a, keys key + 16b): keys at or
 // past N, and with `causal` keys after the row, get -inf; only tiles that N or the diagonal cut
-// need it. Without SLIM the scores are also scaled here.
+// need it. Before step 6 the scores are also scaled here.
 template <class C>
 __device__ __forceinline__ void mask_scores(float (&S)[C::TM][C::TN], int row, int key, int N,
                                             bool causal, bool cut, float scale_log2) {
@@ -342,16 +350,12 @@ __device__ __forceinline__ void mask_scores(float (&S)[C::TM][C::TN], int row, i
     for (int a = 0; a < C::TM; ++a)
 #pragma unroll
         for (int b = 0; b < C::TN; ++b) {
-            if (!C::kSlim) S[a][b] *= scale_log2;
+            if (!C::kSlim) S[a][b] *= scale_log2;  // before step 6: scaled here
             const int r = row + 16 * a, k = key + 16 * b;
             if (cut && (k >= N || (causal && k > r))) S[a][b] = -INFINITY;
         }
 }
 
-// Component k (0..3) of a float4.
-__device__ __forceinline__ float component(const float4& v, int k) {
-    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
-}
 // P_ij entries c..c+3 of this thread's TM rows.
 template <class C>
 __device__ __forceinline__ void load_p(float4 (&p)[C::TM], const float* P_s, int rg, int c) {
@@ -370,7 +374,7 @@ __device__ __forceinline__ void pv_key(float4 (&O)[C::TM][C::TO], const float4 (
                                        const float4 (&v)[C::TO]) {
 #pragma unroll
     for (int a = 0; a < C::TM; ++a) {
-        const float pa = component(p[a], k);
+        const float pa = fa::component(p[a], k);
 #pragma unroll
         for (int q = 0; q < C::TO; ++q) {
             O[a][q].x = fmaf(pa, v[q].x, O[a][q].x), O[a][q].y = fmaf(pa, v[q].y, O[a][q].y);
@@ -400,7 +404,7 @@ template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1)
     flash2_tuned(const float* Q, const float* K, const float* V, float* O, float* L, int N, int D,
                  float scale_log2, bool causal) {
-    const int T_r = ceil_div(N, C::Br), T_c = ceil_div(N, C::Bc);
+    const int T_r = fa::ceil_div(N, C::Br), T_c = fa::ceil_div(N, C::Bc);
     // causal blocks near the end of the sequence have the most work: start them first
     const int i = causal ? T_r - 1 - int(blockIdx.x) : int(blockIdx.x);
     const int bh = blockIdx.z * gridDim.y + blockIdx.y;
@@ -426,33 +430,34 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
     // Alg. 1 line 4: load Q_i; with cp.async also start K_0 (one copy group)
     load_tile<C, C::Br>(Q_s, Q + head, row0, N, D);
-    if constexpr (C::kAsync) {
+    if constexpr (C::kAsync) {  // step 4: K_0 in flight before the loop
         load_tile<C, C::Bc>(K_s, K + head, 0, N, D);
         async_commit();
     }
 
-    const int j_end = causal ? min(T_c, ceil_div(row0 + C::Br, C::Bc)) : T_c;
+    const int j_end = causal ? min(T_c, fa::ceil_div(row0 + C::Br, C::Bc)) : T_c;
     for (int j = 0; j < j_end; ++j) {
         const int key0 = j * C::Bc;
         // Alg. 1 line 7: load K_j, V_j
-        if constexpr (C::kAsync) {
+        if constexpr (C::kAsync) {  // step 4: V_j in flight while S_ij is computed
             if (j > 0) __syncthreads();  // everyone is done with V_{j-1} and P of step j-1
             load_tile<C, C::Bc>(V_s, V + head, key0, N, D);  // V_j arrives while S_ij is computed
             async_commit();
             async_wait<1>();  // all but the newest group (V_j) have landed: Q_i and K_j
             __syncthreads();
-        } else {
+        } else {  // before step 4: both loaded, then used
             __syncthreads();
             load_tile<C, C::Bc>(K_s, K + head, key0, N, D);
             load_tile<C, C::Bc>(V_s, V + head, key0, N, D);
             __syncthreads();
         }
 
-        // Alg. 1 line 8: S_ij = Q_i K_j^T (without SLIM scaled here by scale·log2 e, for exp2)
+        // Alg. 1 line 8: S_ij = Q_i K_j^T (before step 6 scaled here by scale·log2 e, for exp2)
         float S[C::TM][C::TN];
         tile_scores<C>(Q_s, K_s, rg, cg, S);
         const bool cut = key0 + C::Bc > N || (causal && key0 + C::Bc - 1 > row0);
-        if (!C::kSlim || cut) mask_scores<C>(S, row0 + rg, key0 + cg, N, causal, cut, scale_log2);
+        if (!C::kSlim || cut)  // step 6: only the tiles that N or the diagonal cut
+            mask_scores<C>(S, row0 + rg, key0 + cg, N, causal, cut, scale_log2);
         // Alg. 1 lines 9-10: online softmax, rescale O_i
         online_softmax<C>(S, m, l, O_acc, scale_log2);
 #pragma unroll
@@ -460,7 +465,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #pragma unroll
             for (int b = 0; b < C::TN; ++b) P_s[(rg + 16 * a) * C::PS + cg + 16 * b] = S[a][b];
 
-        if constexpr (C::kAsync) {
+        if constexpr (C::kAsync) {  // step 4: K_{j+1} in flight during P V_j
             __syncthreads();  // everyone is done reading K_j: the buffer can take K_{j+1}
             if (j + 1 < j_end) {
                 load_tile<C, C::Bc>(K_s, K + head, key0 + C::Bc, N, D);  // arrives during P V_j
@@ -494,7 +499,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
                     make_float4(o.x * inv_l, o.y * inv_l, o.z * inv_l, o.w * inv_l);
             }
         }
-        const float m_log2 = C::kSlim ? m[a] * scale_log2 : m[a];  // the row max in base 2
+        const float m_log2 = C::kSlim ? m[a] * scale_log2 : m[a];  // the row max in base 2 (step 6)
         if (cg == 0) L[std::size_t(bh) * N + row] = m_log2 * kLn2 + logf(l_row);
     }
 }
@@ -503,14 +508,14 @@ template <class C>
 void launch_tuned(const fa::AttnShape& s, const float* Q, const float* K, const float* V, float* O,
                   float* L, const char* what) {
     const std::size_t smem = C::kSmemFloats * sizeof(float);
-    fa::allow_dynamic_smem(flash2_tuned<C>, smem, what);
-    const dim3 grid(ceil_div(s.N, C::Br), s.H, s.B);
-    flash2_tuned<C><<<grid, C::kThreads, smem>>>(Q, K, V, O, L, s.N, s.D, s.scale * kLog2e, s.causal);
+    fa::allow_dynamic_smem_once(flash2_tuned<C>, smem, what);
+    const dim3 grid(fa::ceil_div(s.N, C::Br), s.H, s.B);
+    flash2_tuned<C><<<grid, C::kThreads, smem>>>(Q, K, V, O, L, s.N, s.D, s.scale * fa::kLog2e, s.causal);
     CUDA_CHECK_LAUNCH();
 }
 
 // Variant 2's tiles, largest first: the first that fits the device's shared memory is used.
-// Big (128 × 64) won a search on an H200 (README.md); to repeat the search, rebuild with other
+// Big's tiles are the tile search's choice (README.md); to repeat the search, rebuild with other
 // values, e.g. make chapter5 EXTRA_NVCCFLAGS="-DCH5_BR=64 -DCH5_BC=32".
 #ifndef CH5_BR
 #define CH5_BR 128
@@ -519,13 +524,13 @@ void launch_tuned(const fa::AttnShape& s, const float* Q, const float* K, const 
 #define CH5_BC 64
 #endif
 template <int D_PAD>
-using Big = Cfg<D_PAD, CH5_BR, CH5_BC, true, true, true, true, true>;
+using Big = Cfg<kLastStep, D_PAD, CH5_BR, CH5_BC>;
 // The fallbacks for GPUs with less shared memory keep ladder step 4's code: steps 6 and 7 were
-// measured and tested on an H200, where Big always fits, so they are not applied untested here.
+// checked only on a GPU where Big fits (README.md), so they are not applied untested here.
 template <int D_PAD>
-using Mid = Cfg<D_PAD, 64, 64, true, true, true>;
+using Mid = Cfg<4, D_PAD, 64, 64>;
 template <int D_PAD>
-using Small = Cfg<D_PAD, 32, 32, true, true, true>;
+using Small = Cfg<4, D_PAD, 32, 32>;
 
 template <class C>
 bool fits(std::size_t smem_optin_bytes) {
@@ -542,7 +547,7 @@ Tiles tiles_variant2(std::size_t smem_optin_bytes) {
 template <int D_PAD>
 void launch_variant2(const fa::AttnShape& s, const float* Q, const float* K, const float* V,
                      float* O, float* L) {
-    const Tiles t = tiles_variant2<D_PAD>(fa::device_info().smem_per_block_optin);
+    const Tiles t = tiles_variant2<D_PAD>(fa::smem_per_block_optin());
     if (t.Br == Big<D_PAD>::Br && t.Bc == Big<D_PAD>::Bc)
         launch_tuned<Big<D_PAD>>(s, Q, K, V, O, L, "chapter 5 kernel 2");
     else if (t.Br == Mid<D_PAD>::Br && t.Bc == Mid<D_PAD>::Bc)
@@ -551,19 +556,23 @@ void launch_variant2(const fa::AttnShape& s, const float* Q, const float* K, con
         launch_tuned<Small<D_PAD>>(s, Q, K, V, O, L, "chapter 5 kernel 2");
 }
 
-// The ladder (head dims up to 128): each step adds one optimization to the one before.
-using Step1 = Cfg<128, 64, 64, false, false, false>;  // register tiles, shuffles
-using Step2 = Cfg<128, 64, 64, true, false, false>;   // + padded rows: no bank conflicts
-using Step3 = Cfg<128, 64, 64, true, true, false>;    // + 16-byte loads and stores
-using Step4 = Mid<128>;                               // + cp.async: loads overlap compute
-using Step5 = Cfg<128, 128, 64, true, true, true>;    // + 8 query rows per thread
-using Step6 = Cfg<128, 128, 64, true, true, true, true>;  // + fewer non-FMA instructions
-using Step7 = Big<128>;                                   // + S loop unrolled (= kernel 2)
+// The ladder (head dims up to 128): each step adds one optimization to the one before. Steps 1-4
+// use 64 × 64 tiles; step 5: 128 × 64 tiles, 8 query rows per thread; step 7 is kernel 2.
+template <int Step>
+using LadderStep =
+    std::conditional_t<Step == kLastStep, Big<128>, Cfg<Step, 128, Step >= 5 ? 128 : 64, 64>>;
+static_assert(std::is_same_v<LadderStep<4>, Mid<128>>, "the fallback tiles keep step 4's code");
 
 const char* const kStepNames[] = {
     "register tiles 64x64 + shuffles", "+ padded rows (no bank conflicts)", "+ 16-byte loads",
     "+ cp.async K/V overlap", "+ 128x64 tiles, 8 rows per thread",
     "+ fewer non-FMA instructions", "+ S loop fully unrolled (= kernel 2)"};
+
+// f(std::integral_constant<int, D_PAD>{}) for the head dim kernel 2 is compiled for: 64 or 128.
+template <class F>
+decltype(auto) with_padded_dim(int D, F&& f) {
+    return fa::with_head_dim<64, 128>(D, f, fa::DimMatch::kPadded, "chapter 5 kernel 2");
+}
 
 void require_supported(int variant, int D) {
     const std::string why = unsupported_reason(variant, D);
@@ -587,7 +596,7 @@ std::string unsupported_reason(int variant, int D) {
 
 Tiles tiles(int variant, int D, std::size_t smem_optin_bytes) {
     if (variant == kReadable) return {32, D > 64 ? 16 : 32};
-    return D > 64 ? tiles_variant2<128>(smem_optin_bytes) : tiles_variant2<64>(smem_optin_bytes);
+    return with_padded_dim(D, [&](auto D_PAD) { return tiles_variant2<D_PAD>(smem_optin_bytes); });
 }
 
 void forward(int variant, const fa::AttnShape& s, const float* Q, const float* K, const float* V,
@@ -595,13 +604,11 @@ void forward(int variant, const fa::AttnShape& s, const float* Q, const float* K
     require_supported(variant, s.D);
     if (variant == kReadable)
         launch_readable(s, Q, K, V, O, L);
-    else if (s.D <= 64)
-        launch_variant2<64>(s, Q, K, V, O, L);
     else
-        launch_variant2<128>(s, Q, K, V, O, L);
+        with_padded_dim(s.D, [&](auto D_PAD) { launch_variant2<D_PAD>(s, Q, K, V, O, L); });
 }
 
-int ladder_steps() { return 7; }
+int ladder_steps() { return kLastStep; }
 
 const char* ladder_step_name(int step) { return kStepNames[step - 1]; }
 
@@ -609,13 +616,13 @@ void forward_ladder_step(int step, const fa::AttnShape& s, const float* Q, const
                          const float* V, float* O, float* L) {
     require_supported(kTuned, s.D);
     switch (step) {
-        case 1: launch_tuned<Step1>(s, Q, K, V, O, L, "ladder step 1"); break;
-        case 2: launch_tuned<Step2>(s, Q, K, V, O, L, "ladder step 2"); break;
-        case 3: launch_tuned<Step3>(s, Q, K, V, O, L, "ladder step 3"); break;
-        case 4: launch_tuned<Step4>(s, Q, K, V, O, L, "ladder step 4"); break;
-        case 5: launch_tuned<Step5>(s, Q, K, V, O, L, "ladder step 5"); break;
-        case 6: launch_tuned<Step6>(s, Q, K, V, O, L, "ladder step 6"); break;
-        default: launch_tuned<Step7>(s, Q, K, V, O, L, "ladder step 7"); break;
+        case 1: launch_tuned<LadderStep<1>>(s, Q, K, V, O, L, "ladder step 1"); break;
+        case 2: launch_tuned<LadderStep<2>>(s, Q, K, V, O, L, "ladder step 2"); break;
+        case 3: launch_tuned<LadderStep<3>>(s, Q, K, V, O, L, "ladder step 3"); break;
+        case 4: launch_tuned<LadderStep<4>>(s, Q, K, V, O, L, "ladder step 4"); break;
+        case 5: launch_tuned<LadderStep<5>>(s, Q, K, V, O, L, "ladder step 5"); break;
+        case 6: launch_tuned<LadderStep<6>>(s, Q, K, V, O, L, "ladder step 6"); break;
+        default: launch_tuned<LadderStep<7>>(s, Q, K, V, O, L, "ladder step 7"); break;
     }
 }
 

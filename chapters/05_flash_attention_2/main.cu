@@ -15,6 +15,7 @@
 #include "../../common/attention_gpu.h"
 #include "../../common/cli.h"
 #include "../../common/device.h"
+#include "../../common/math.h"
 #include "../03_naive_attention/naive_attention.h"
 #include "../04_flash_attention_1/flash1.h"
 #include "flash2.h"
@@ -31,7 +32,7 @@ std::size_t device_used_bytes() {
 // Global-memory traffic as the loops request it, chapter 4's loop order against this chapter's.
 void print_traffic(const fa::AttnShape& s, ch5::Tiles t) {
     const ch4::Traffic fa1 = ch4::traffic(s, ch4::tiles_used(ch4::kWarpRows, {}));
-    const int T_r = (s.N + t.Br - 1) / t.Br;
+    const int T_r = fa::ceil_div(s.N, t.Br);
     const double floats = double(s.elements()) * sizeof(float);
     std::printf("global-memory traffic requested by the loops (before L2 hits):\n");
     std::printf("  chapter 4 (FlashAttention-1): O, l, m %.3f GB over %zu inner steps\n",
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
     const ch5::Tiles t = ch5::tiles(kernel, s.D, dev.smem_per_block_optin);
     std::printf("problem: %s, scale %.5g\n", s.str().c_str(), s.scale);
     std::printf("kernel %d: tiles B_r = %d, B_c = %d; grid T_r x H x B = %d x %d x %d blocks on %d SMs\n",
-                kernel, t.Br, t.Bc, (s.N + t.Br - 1) / t.Br, s.H, s.B, dev.sm_count);
+                kernel, t.Br, t.Bc, fa::ceil_div(s.N, t.Br), s.H, s.B, dev.sm_count);
 
     fa::require_free_memory(std::size_t(fa::forward_io_bytes(s, sizeof(float))), "chapter 5 (Q, K, V, O, L)");
     fa::DeviceAttention<float> d(p);

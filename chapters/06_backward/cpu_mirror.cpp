@@ -9,12 +9,10 @@
 
 #include "flash2_backward.h"
 
+#include "../../common/math.h"
+
 namespace ch6 {
 namespace {
-
-int ceil_div(int a, int b) {
-    return (a + b - 1) / b;
-}
 
 // One head's pointers and sizes.
 struct Head {
@@ -59,7 +57,7 @@ void add_dq(const Head& h, int i0, int j0, Tiles t, const std::vector<float>& dS
 
 // Lines 5–19 for one head; dQ accumulated in place when `atomic_dq` (the caller zeroed it).
 void dkdv_head(const Head& h, Tiles t, bool atomic_dq) {
-    const int T_r = ceil_div(h.N, t.Br), T_c = ceil_div(h.N, t.Bc);
+    const int T_r = fa::ceil_div(h.N, t.Br), T_c = fa::ceil_div(h.N, t.Bc);
     std::vector<float> P(std::size_t(t.Br) * t.Bc), dS(P.size());
     std::vector<float> dK_j(std::size_t(t.Bc) * h.D), dV_j(dK_j.size());
     for (int j = 0; j < T_c; ++j) {  // line 5
@@ -92,14 +90,14 @@ void dkdv_head(const Head& h, Tiles t, bool atomic_dq) {
 
 // The split strategy's second pass: Q_i fixed, K_j streamed; S, P, dP, dS recomputed.
 void dq_head(const Head& h, Tiles t) {
-    const int T_r = ceil_div(h.N, t.Br), T_c = ceil_div(h.N, t.Bc);
+    const int T_r = fa::ceil_div(h.N, t.Br), T_c = fa::ceil_div(h.N, t.Bc);
     std::vector<float> P(std::size_t(t.Br) * t.Bc), dS(P.size());
     for (int i = 0; i < T_r; ++i) {
         const int i0 = i * t.Br;
         for (int r = 0; r < t.Br && i0 + r < h.N; ++r)
             for (int d = 0; d < h.D; ++d) h.dQ[std::size_t(i0 + r) * h.D + d] = 0.0f;
         // causal: key tiles that start after the tile's last query are skipped
-        const int j_end = h.causal ? std::min(T_c, ceil_div(i0 + t.Br, t.Bc)) : T_c;
+        const int j_end = h.causal ? std::min(T_c, fa::ceil_div(i0 + t.Br, t.Bc)) : T_c;
         for (int j = 0; j < j_end; ++j) {
             tile_p_ds(h, i0, j * t.Bc, t, P, dS);
             add_dq(h, i0, j * t.Bc, t, dS);

@@ -33,12 +33,11 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
-#include <set>
-#include <utility>
 
 #include "../../common/check.h"
 #include "../../common/device.h"
+#include "../../common/dispatch.h"
+#include "../../common/math.h"
 #include "../../common/warp.cuh"
 #include "flash2_backward.h"
 
@@ -47,9 +46,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kBr = 64, kBc = 64;
-constexpr float kLog2e = 1.4426950408889634f;
-
-__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // Compile-time layout for head dimension padded to DP.
 template <int DP_>
@@ -140,7 +136,7 @@ __device__ __forceinline__ void load_row_stats(float* L_s, float* Dsum_s, const 
     const int r = threadIdx.x;
     if (r < kBr) {
         const bool valid = i0 + r < N;
-        L_s[r] = valid ? L[i0 + r] * kLog2e : 0.0f;
+        L_s[r] = valid ? L[i0 + r] * fa::kLog2e : 0.0f;
         Dsum_s[r] = valid ? Dsum[i0 + r] : 0.0f;
     }
 }
@@ -361,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<DP>::kMinBlocksPerSM) dkdv_kerne
     const std::size_t head = bh * N * D;  // offset of this head's rows in Q, K, V, dO, dQ, dK, dV
     const int j0 = blockIdx.x * kBc;
     const Coords t = coords<C>();
-    const float scale_log2 = p.scale * kLog2e;
+    const float scale_log2 = p.scale * fa::kLog2e;
 
     // Alg. 2 line 6: load K_j, V_j (made visible by the barrier at the top of the loop)
     load_tile_pair<C>(K_s, p.K + head, V_s, p.V + head, j0, N, D);
@@ -369,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<DP>::kMinBlocksPerSM) dkdv_kerne
     float dK[C::CR][4 * C::CG] = {}, dV[C::CR][4 * C::CG] = {};
 
     // line 8. Causal: query tiles that end before key j0 see none of K_j and are skipped.
-    const int T_r = ceil_div(N, kBr);
+    const int T_r = fa::ceil_div(N, kBr);
     for (int i = p.causal ? j0 / kBr : 0; i < T_r; ++i) {
         const int i0 = i * kBr;
         __syncthreads();  // everyone is done with the previous Q_i, dO_i, P_ij, dS_ij
@@ -425,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<DP>::kMinBlocksPerSM) dq_kernel(
     const std::size_t head = bh * N * D;
     const int i = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x, i0 = i * kBr;
     const Coords t = coords<C>();
-    const float scale_log2 = p.scale * kLog2e;
+    const float scale_log2 = p.scale * fa::kLog2e;
 
     // Q_i, dO_i, L_i, D_i stay for the whole loop (visible after the loop's first barrier)
     load_tile_pair<C>(Q_s, p.Q + head, dO_s, p.dO + head, i0, N, D);
@@ -433,8 +429,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<DP>::kMinBlocksPerSM) dq_kernel(
     float dQ[C::CR][4 * C::CG] = {};
 
     // Causal: key tiles that start after the tile's last query are skipped.
-    const int T_c = ceil_div(N, kBc);
-    const int j_end = p.causal ? min(T_c, ceil_div(i0 + kBr, kBc)) : T_c;
+    const int T_c = fa::ceil_div(N, kBc);
+    const int j_end = p.causal ? min(T_c, fa::ceil_div(i0 + kBr, kBc)) : T_c;
     for (int j = 0; j < j_end; ++j) {
         const int j0 = j * kBc;
         __syncthreads();  // everyone is done with the previous K_j, V_j, dS_ij
@@ -464,18 +460,10 @@ constexpr std::size_t dq_smem_floats() {
     return 4 * std::size_t(Cfg<DP>::kTile) + std::size_t(kBr) * Cfg<DP>::PS + 2 * kBr;
 }
 
-// Raises a kernel's dynamic shared-memory limit once per (kernel, device); exits with a clear
-// message when the device has less than the kernel needs. (Doing it once keeps the host work
-// between the timer's events small.)
-template <class Kernel>
-void prepare_kernel(Kernel kernel, std::size_t bytes, const char* what) {
-    static std::mutex mutex;
-    static std::set<std::pair<const void*, int>> done;
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (done.insert({reinterpret_cast<const void*>(kernel), device}).second)
-        fa::allow_dynamic_smem(kernel, bytes, what);
+// f(std::integral_constant<int, DP>{}) for the head dim DP the kernels use for D (padded_dim).
+template <class F>
+decltype(auto) with_padded_dim(int D, F&& f) {
+    return fa::with_head_dim<32, 64, 96, 128>(D, f, fa::DimMatch::kPadded, "chapter 6");
 }
 
 Params make_params(const fa::AttnShape& s, const BackwardTensors& t) {
@@ -494,8 +482,8 @@ template <int DP>
 void launch_dkdv(const fa::AttnShape& s, const Params& p, bool atomic_dq) {
     const auto kernel = atomic_dq ? dkdv_kernel<DP, true> : dkdv_kernel<DP, false>;
     const std::size_t smem = dkdv_smem_floats<DP>() * sizeof(float);
-    prepare_kernel(kernel, smem, "chapter 6 dK/dV kernel");
-    const dim3 grid(ceil_div(s.N, kBc), s.H, s.B);
+    fa::allow_dynamic_smem_once(kernel, smem, "chapter 6 dK/dV kernel");
+    const dim3 grid(fa::ceil_div(s.N, kBc), s.H, s.B);
     kernel<<<grid, kThreads, smem>>>(p);
     CUDA_CHECK_LAUNCH();
 }
@@ -504,8 +492,8 @@ template <int DP>
 void launch_dq(const fa::AttnShape& s, const Params& p) {
     const auto kernel = dq_kernel<DP>;
     const std::size_t smem = dq_smem_floats<DP>() * sizeof(float);
-    prepare_kernel(kernel, smem, "chapter 6 dQ kernel");
-    const dim3 grid(ceil_div(s.N, kBr), s.H, s.B);
+    fa::allow_dynamic_smem_once(kernel, smem, "chapter 6 dQ kernel");
+    const dim3 grid(fa::ceil_div(s.N, kBr), s.H, s.B);
     kernel<<<grid, kThreads, smem>>>(p);
     CUDA_CHECK_LAUNCH();
 }
@@ -523,30 +511,22 @@ std::string unsupported_reason(int D) {
            "(16-byte rows; tiles are compiled for D padded to 32, 64, 96 or 128)";
 }
 
-int padded_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 : 128; }
+int padded_dim(int D) {
+    return with_padded_dim(D, [](auto DP) { return int(DP); });
+}
 
 std::size_t dkdv_smem_bytes(int D) {
-    switch (padded_dim(D)) {
-        case 32: return dkdv_smem_floats<32>() * sizeof(float);
-        case 64: return dkdv_smem_floats<64>() * sizeof(float);
-        case 96: return dkdv_smem_floats<96>() * sizeof(float);
-        default: return dkdv_smem_floats<128>() * sizeof(float);
-    }
+    return with_padded_dim(D, [](auto DP) { return dkdv_smem_floats<DP>() * sizeof(float); });
 }
 
 std::size_t dq_smem_bytes(int D) {
-    switch (padded_dim(D)) {
-        case 32: return dq_smem_floats<32>() * sizeof(float);
-        case 64: return dq_smem_floats<64>() * sizeof(float);
-        case 96: return dq_smem_floats<96>() * sizeof(float);
-        default: return dq_smem_floats<128>() * sizeof(float);
-    }
+    return with_padded_dim(D, [](auto DP) { return dq_smem_floats<DP>() * sizeof(float); });
 }
 
 void preprocess(int strategy, const fa::AttnShape& s, const BackwardTensors& t) {
     require_supported(s);
     const std::size_t rows = s.rows();
-    const unsigned blocks = unsigned((rows + kThreads / 32 - 1) / (kThreads / 32));
+    const unsigned blocks = unsigned(fa::ceil_div(rows, std::size_t(kThreads / 32)));
     preprocess_kernel<<<blocks, kThreads>>>(t.O, t.dO, t.Dsum, strategy == kAtomic ? t.dQ : nullptr,
                                             rows, s.D);
     CUDA_CHECK_LAUNCH();
@@ -555,24 +535,13 @@ void preprocess(int strategy, const fa::AttnShape& s, const BackwardTensors& t) 
 void dkdv(int strategy, const fa::AttnShape& s, const BackwardTensors& t) {
     require_supported(s);
     const Params p = make_params(s, t);
-    const bool atomic_dq = strategy == kAtomic;
-    switch (padded_dim(s.D)) {
-        case 32: launch_dkdv<32>(s, p, atomic_dq); break;
-        case 64: launch_dkdv<64>(s, p, atomic_dq); break;
-        case 96: launch_dkdv<96>(s, p, atomic_dq); break;
-        default: launch_dkdv<128>(s, p, atomic_dq); break;
-    }
+    with_padded_dim(s.D, [&](auto DP) { launch_dkdv<DP>(s, p, strategy == kAtomic); });
 }
 
 void dq_split(const fa::AttnShape& s, const BackwardTensors& t) {
     require_supported(s);
     const Params p = make_params(s, t);
-    switch (padded_dim(s.D)) {
-        case 32: launch_dq<32>(s, p); break;
-        case 64: launch_dq<64>(s, p); break;
-        case 96: launch_dq<96>(s, p); break;
-        default: launch_dq<128>(s, p); break;
-    }
+    with_padded_dim(s.D, [&](auto DP) { launch_dq<DP>(s, p); });
 }
 
 void backward(int strategy, const fa::AttnShape& s, const BackwardTensors& t) {

@@ -23,6 +23,7 @@
 #include "../../common/cli.h"
 #include "../../common/device.h"
 #include "../../common/gpu_timer.h"
+#include "../../common/math.h"
 #include "../../common/npy.h"
 #include "../../common/results.h"
 #include "../../common/timer.h"
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
     std::printf(
         "tiles B_r = %d, B_c = %d, head dim padded to %d; dK/dV grid T_c x H x B = %d x %d x %d "
         "blocks on %d SMs; shared memory %.1f KB (dK/dV), %.1f KB (dQ) per block\n",
-        t.Br, t.Bc, ch6::padded_dim(s.D), (s.N + t.Bc - 1) / t.Bc, s.H, s.B, dev.sm_count,
+        t.Br, t.Bc, ch6::padded_dim(s.D), fa::ceil_div(s.N, t.Bc), s.H, s.B, dev.sm_count,
         ch6::dkdv_smem_bytes(s.D) / 1024.0, ch6::dq_smem_bytes(s.D) / 1024.0);
 
     const std::vector<float> dO_host = upstream_gradient(run, s);

@@ -75,6 +75,14 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
 }
 
+/// cp_async_16 when `valid`; otherwise nothing is read and the 16 bytes of shared memory become
+/// zeros (source size 0), e.g. for rows past the end of a matrix. `gmem` must be a valid global
+/// address either way.
+__device__ __forceinline__ void cp_async_16_zfill(void* smem, const void* gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+                 "r"(valid ? 16 : 0));
+}
+
 /// Closes the group of cp.async issued by this thread since the last commit.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
