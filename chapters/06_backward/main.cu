@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
     if (total_ms.size() == 2)
         std::printf("\natomic vs split: split takes %.2f x the time of atomic\n", total_ms[1] / total_ms[0]);
 
-    const double flash_mb = (10.0 * s.elements() + 2.0 * s.rows()) * sizeof(float) / 1e6;
+    const double flash_mb = (8.0 * s.elements() + 2.0 * s.rows()) * sizeof(float) / 1e6;
     const double naive_gb = double(ch3::workspace_floats(s)) * sizeof(float) / 1e9;
     std::printf("\ndevice memory of the fused backward: %.1f MB (Q, K, V, O, dO, dQ, dK, dV, L, D): O(N)\n",
                 flash_mb);
