@@ -34,11 +34,10 @@ endif
 NVCCFLAGS := -std=c++17 -O3 -lineinfo -MMD -MP $(GENCODE) -Xcompiler -Wall,-Wextra $(EXTRA_NVCCFLAGS)
 # -Wno-unknown-pragmas: the CPU emulator compiles the kernels' `#pragma unroll` with g++.
 CXXFLAGS := -std=c++17 -O3 -MMD -MP -Wall -Wextra -Wno-unknown-pragmas -isystem $(CUDA_HOME)/include
-CATCH2_FLAGS := $(if $(CATCH2_INCLUDE),-isystem $(CATCH2_INCLUDE))
 LDFLAGS := -L$(CUDA_HOME)/lib64
 LDLIBS := -lcublas -lcudart
 # Objects depend on a stamp named after the flags: changing ARCH (or any flag) rebuilds everything.
-FLAGS_STAMP := $(BUILD)/flags-$(shell echo '$(NVCCFLAGS) $(CXXFLAGS) $(CATCH2_FLAGS)' | md5sum | cut -c1-10)
+FLAGS_STAMP := $(BUILD)/flags-$(shell echo '$(NVCCFLAGS) $(CXXFLAGS)' | md5sum | cut -c1-10)
 
 # ---- chapters ----------------------------------------------------------------------------------
 CHAPTER_DIRS := $(sort $(wildcard chapters/[0-9][0-9]_*))
@@ -72,6 +71,28 @@ GPU_TEST_BINS := $(foreach n,$(GPU_CHAPTERS),$(call test_bin,$(n)))
 
 LINK = $(NVCC) $(GENCODE) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
+# ---- Catch2, for the goals that build tests: found or fetched (tools/find_catch2.sh) when make
+# starts, before anything compiles. v2 is one header; v3 a library, and tests/catch2_v3 maps its
+# names to v2's. Test objects depend on a stamp of these flags (the chapters' objects do not).
+CATCH2_GOALS := tests test test-chapter% sanitize check-exercises $(if $(CH),exercise) $(BUILD)/tests/%
+ifneq ($(filter $(CATCH2_GOALS),$(MAKECMDGOALS)),)
+  CATCH2 := $(shell tools/find_catch2.sh '$(CATCH2_INCLUDE)' '$(BUILD)/deps')
+  $(if $(CATCH2),,$(error no usable Catch2 for the tests (the line above says why)))
+  CATCH2_DIR := $(filter-out -,$(word 2,$(CATCH2)))
+  CATCH2_FLAGS := $(if $(CATCH2_DIR),-isystem $(CATCH2_DIR)) $(if $(filter 3,$(word 1,$(CATCH2))),-I tests/catch2_v3)
+  $(TEST_BINS): LDLIBS += $(word 3,$(CATCH2))
+  CATCH2_STAMP := $(BUILD)/catch2-$(shell echo '$(CATCH2_FLAGS)' | md5sum | cut -c1-10)
+endif
+
+# ---- targets that would check nothing on this machine say why and stop before building anything
+CUOBJDUMP := $(or $(shell command -v cuobjdump 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/cuobjdump))
+ifneq ($(filter %.sass,$(MAKECMDGOALS)),)
+  $(if $(CUOBJDUMP),,$(error cuobjdump not found (neither on PATH nor in $(CUDA_HOME)/bin): make chapterN.sass needs the CUDA Toolkit's cuobjdump (Debian/Ubuntu's NVIDIA packages: cuda-cuobjdump-<version>)))
+endif
+ifneq ($(filter sanitize,$(MAKECMDGOALS)),)
+  $(if $(GPU_CC),,$(error make sanitize: no CUDA device on this machine (nvidia-smi lists none), so nothing could be checked))
+endif
+
 define CHAPTER_RULES
 chapter$(1): $(call obj,$(call main_src,$(1))) $(call link_objs,$(1))
 	$$(LINK)
@@ -83,7 +104,7 @@ endif
 test-chapter$(1): $(call test_bin,$(1))
 	@tests/run_tests.sh $$^ -- $$(if $$(VARIANT),"[v$$(VARIANT)]") $$(TEST_ARGS)
 chapter$(1).sass: $(call lib_objs,$(1))
-	cuobjdump -sass $$^ > $$@
+	$(CUOBJDUMP) -sass $$^ > $$@
 	@echo "wrote $$@ (SASS of $$^)"
 chapter$(1).ptx: $(filter %.cu,$(call lib_srcs,$(1)))
 	$(NVCC) -std=c++17 -O3 -lineinfo -arch=$(PTX_ARCH) -ptx $$^ -o $$@
@@ -100,12 +121,23 @@ $(FLAGS_STAMP):
 	@rm -f $(BUILD)/flags-*
 	@touch $@
 
+# Each object is written as a new file (rm first): make exercise hard-links unchanged objects into
+# its work folders, and a compiler writing in place would change both copies.
 $(BUILD)/%.o: %.cu $(FLAGS_STAMP)
-	@mkdir -p $(@D)
+	@mkdir -p $(@D) && rm -f $@
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.cpp $(FLAGS_STAMP)
-	@mkdir -p $(@D)
+	@mkdir -p $(@D) && rm -f $@
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(CATCH2_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/catch2-*
+	@touch $@
+
+$(BUILD)/tests/%.o: tests/%.cpp $(FLAGS_STAMP) $(CATCH2_STAMP)
+	@mkdir -p $(@D) && rm -f $@
 	$(CXX) $(CXXFLAGS) $(CATCH2_FLAGS) -c $< -o $@
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
@@ -124,22 +156,26 @@ sanitize: $(GPU_TEST_BINS)
 	@tools/sanitize.sh $(GPU_TEST_BINS)
 
 docs:
-	@mkdir -p $(BUILD)
-	doxygen docs/Doxyfile
-	@echo "docs: open $(BUILD)/docs/html/index.html"
+	@BUILD=$(BUILD) tools/make_docs.sh
 
 # ---- bug-hunt exercises (docs/exercises.md) ------------------------------------------------------
 # make exercise CH=5 BUG=2 plants bug 2 of chapter 5 in a copy (exercises-work/ch5-bug2/), builds the
 # chapter's tests there and runs them; make check-exercises proves that every planted bug is caught.
-EXERCISE_ENV = ARCH="$(ARCH)" CATCH2_INCLUDE="$(CATCH2_INCLUDE)" NVCC="$(NVCC)" \
+EXERCISE_ENV = ARCH="$(ARCH)" CATCH2_INCLUDE="$(or $(CATCH2_DIR),$(CATCH2_INCLUDE))" NVCC="$(NVCC)" \
   EXTRA_NVCCFLAGS="$(EXTRA_NVCCFLAGS)" BUILD="$(BUILD)"
-.PHONY: exercise check-exercises
+.PHONY: exercise exercise-answer check-exercises clean-exercises
 
 exercise:
 	@$(EXERCISE_ENV) tools/exercise.sh "$(CH)" "$(BUG)"
 
+exercise-answer:
+	@tools/exercise.sh --answer "$(CH)" "$(BUG)"
+
 check-exercises:
 	@$(EXERCISE_ENV) tools/check_exercises.sh
+
+clean-exercises:
+	rm -rf exercises-work
 
 # ---- benchmarks (docs/benchmarks.md) -------------------------------------------------------------
 # make bench runs every GPU chapter over one grid of shapes into results/<gpu>-<date>.csv.
@@ -162,7 +198,7 @@ bench: $(if $(BENCH_DRY_RUN),,$(BENCH_PROGRAMS))
 	@$(PYTHON) tools/bench.py $(strip $(BENCH_FLAGS)) --command "$(strip make bench $(BENCH_GIVEN))"
 
 plots:
-	@$(PYTHON) tools/plot_results.py $(if $(CSV),--csv "$(CSV)")
+	@$(PYTHON) tools/plot_results.py $(foreach c,$(CSV),--csv "$(c)") $(foreach c,$(PYTORCH_CSV),--pytorch "$(c)")
 
 results-table:
 	@$(PYTHON) tools/update_readme_table.py $(foreach c,$(CSV),--csv "$(c)")
@@ -170,7 +206,7 @@ results-table:
 compare: chapter3 chapter4 chapter5 chapter7
 	@$(PYTHON) tools/compare_pytorch.py $(COMPARE_ARGS)
 
-clean:
+clean: clean-exercises
 	rm -rf $(BUILD) $(foreach n,$(CHAPTERS),chapter$(n) chapter$(n).sass chapter$(n).ptx)
 
 help:
@@ -184,9 +220,11 @@ help:
 	@echo "  make test-chapterN VARIANT=k  only the tests of kernel variant k (chapters 5 and 7: the one"
 	@echo "                       you edited), on the CPU emulator and, with a GPU, on the GPU"
 	@echo "  make sanitize        compute-sanitizer memcheck, racecheck, synccheck, initcheck over every"
-	@echo "                       GPU chapter's tests on small shapes (says so and exits 0 without a GPU)"
+	@echo "                       GPU chapter's tests on small shapes (without a GPU: says so, exits 1)"
 	@echo "  make exercise CH=N BUG=K  plant bug K of chapter N in a copy (exercises-work/) and run its tests;"
-	@echo "                       fix it there and rerun (docs/exercises.md). make exercise lists them all"
+	@echo "                       fix it there and rerun (docs/exercises.md). make exercise lists them all;"
+	@echo "                       make clean-exercises removes every work folder; make exercise-answer"
+	@echo "                       CH=N BUG=K shows the planted change"
 	@echo "  make check-exercises every planted bug must make its chapter's tests fail (without a GPU: the"
 	@echo "                       cpu ones; CHECK_EXERCISES_ONLY=\"5:2 7\" picks some, EXERCISES_JOBS=N)"
 	@echo "Reading what the compiler made"
@@ -196,14 +234,18 @@ help:
 	@echo "  make bench           every GPU chapter over one grid of shapes -> results/<gpu>-<date>.csv"
 	@echo "                       BENCH_CHAPTERS, BENCH_D, BENCH_N, BENCH_CAUSAL, BENCH_REPEAT narrow it;"
 	@echo "                       BENCH_DRY_RUN=1 prints the commands only"
-	@echo "  make plots           PNG figures of a results file into docs/figures (CSV=file; needs matplotlib)"
+	@echo "  make plots           PNG figures of results files into docs/figures (CSV=\"full.csv partial.csv\""
+	@echo "                       as for results-table; PYTORCH_CSV=compare_pytorch file(s) add PyTorch's"
+	@echo "                       flash and cuDNN rates; needs tools/requirements.txt)"
 	@echo "  make results-table   rewrite README.md's results section from a results file (CSV=file;"
 	@echo "                      CSV=\"full.csv partial.csv\": the partial run's chapters replace the full one's)"
 	@echo "  make compare         the course's kernels next to PyTorch's SDPA (needs torch; COMPARE_ARGS=--quick)"
 	@echo "Docs"
-	@echo "  make docs            HTML docs with Doxygen into $(BUILD)/docs/html"
+	@echo "  make docs            HTML docs with Doxygen into $(BUILD)/docs/html; fails on a dead local link"
+	@echo "                       (MathJax: libjs-mathjax's when installed, to read offline; else its CDN)"
 	@echo "Other"
-	@echo "  make clean           remove $(BUILD)/ and the programs"
+	@echo "  make clean           remove $(BUILD)/, the programs and the exercises' work folders"
 	@echo "Variables: ARCH=sm_90 (GPU target; now: $(if $(ARCH),$(ARCH),fat binary sm_75..sm_90)),"
-	@echo "           CATCH2_INCLUDE=dir (Catch2 header outside the system include path), NVCC=path,"
+	@echo "           CATCH2_INCLUDE=dir (a Catch2 v2 or v3 include folder; by default the installed one,"
+	@echo "           or Debian's package fetched into $(BUILD)/deps), NVCC=path,"
 	@echo "           EXTRA_NVCCFLAGS='-D...' (more nvcc flags, e.g. a chapter's tuning macros)"

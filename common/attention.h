@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -50,19 +51,39 @@ inline AttnShape shape_from_args(const AttentionArgs& a) {
     return make_shape(a.batch, a.heads, a.seq, a.dim, a.causal, a.scale);
 }
 
-/// Reads q.npy, k.npy, v.npy from `dir`: three float32 arrays of one shape (B, H, N, D).
-inline AttnProblem load_problem_npy(const std::string& dir, bool causal, double scale) {
+/// Throws "PATH: entry I is nan; ..." for the first NaN or Inf of `v` (inputs must be finite).
+inline void require_finite(const std::string& path, const std::vector<float>& v) {
+    for (std::size_t i = 0; i < v.size(); ++i)
+        if (!std::isfinite(v[i]))
+            throw std::runtime_error(path + ": entry " + std::to_string(i) + " is " + std::to_string(v[i]) +
+                                     "; attention inputs must be finite");
+}
+
+/// Reads q.npy, k.npy, v.npy from `dir`: three float32 arrays of one shape (B, H, N, D), each
+/// dimension within the range the command line allows for it (`cli`'s --batch --heads --seq
+/// --dim), every entry finite.
+inline AttnProblem load_problem_npy(const Cli& cli, const std::string& dir, bool causal, double scale) {
     std::vector<std::size_t> sq, sk, sv;
     AttnProblem p;
     p.Q = read_npy_f32(dir + "/q.npy", &sq);
-    p.K = read_npy_f32(dir + "/k.npy", &sk);
-    p.V = read_npy_f32(dir + "/v.npy", &sv);
     if (sq.size() != 4)
         throw std::runtime_error(dir + "/q.npy: shape " + npy_shape_text(sq) +
                                  " is not 4-D (batch, heads, seq, head_dim)");
+    const char* flags[4] = {"--batch", "--heads", "--seq", "--dim"};
+    for (int i = 0; i < 4; ++i) {
+        const std::string why = cli.range_error(flags[i], sq[i]);
+        if (!why.empty())
+            throw std::runtime_error(dir + "/q.npy: shape " + npy_shape_text(sq) + ": " + (flags[i] + 2) +
+                                     " " + std::to_string(sq[i]) + " " + why);
+    }
+    p.K = read_npy_f32(dir + "/k.npy", &sk);
+    p.V = read_npy_f32(dir + "/v.npy", &sv);
     if (sk != sq || sv != sq)
         throw std::runtime_error(dir + ": q, k, v shapes differ: " + npy_shape_text(sq) + ", " +
                                  npy_shape_text(sk) + ", " + npy_shape_text(sv));
+    require_finite(dir + "/q.npy", p.Q);
+    require_finite(dir + "/k.npy", p.K);
+    require_finite(dir + "/v.npy", p.V);
     p.shape = make_shape(int(sq[0]), int(sq[1]), int(sq[2]), int(sq[3]), causal, scale);
     return p;
 }
@@ -74,7 +95,7 @@ inline AttnProblem problem_from_args(const Cli& cli, AttentionArgs& a, const Run
     if (r.load_npy.empty()) return make_problem(shape_from_args(a), r.seed);
     AttnProblem p;
     try {
-        p = load_problem_npy(r.load_npy, a.causal, a.scale);
+        p = load_problem_npy(cli, r.load_npy, a.causal, a.scale);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         std::exit(EXIT_FAILURE);

@@ -107,6 +107,18 @@ public:
         return false;
     }
 
+    /// "" when `value` is in the range of integer option `name`, else why not ("must be in
+    /// [1, 4096], the range of --batch"): inputs read from files obey the command line's limits.
+    std::string range_error(const char* name, unsigned long long value) const {
+        for (const Option& o : options_)
+            if (o.name == name && (o.kind == Kind::Int || o.kind == Kind::U64)) {
+                if (double(value) >= o.lo && double(value) <= o.hi) return "";
+                return "must be in [" + std::to_string((long long)o.lo) + ", " +
+                       std::to_string((long long)o.hi) + "], the range of " + o.name;
+            }
+        return std::string("no integer option ") + name;
+    }
+
     /// The usage text: one line per option with its help and default.
     std::string usage() const {
         std::string u = "usage: " + program_ + " [options]\n" + summary_ + "\n\noptions:\n";

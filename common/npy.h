@@ -66,7 +66,35 @@ inline void write_npy(const std::string& path, const float* data,
     write_npy(path, data, "<f4", sizeof(float), shape);
 }
 
-/// Reads an .npy file (C order only).
+/// The dimensions of an .npy header's shape text ("2, 3, 4" or "5,"): whole numbers only, each
+/// within 64 bits. Throws a message naming the text otherwise.
+inline std::vector<std::size_t> parse_npy_shape(const std::string& dims) {
+    std::vector<std::size_t> shape;
+    const std::runtime_error bad("shape (" + dims + ") is not a list of whole numbers");
+    for (std::size_t p = 0; p <= dims.size();) {
+        std::size_t comma = dims.find(',', p);
+        if (comma == std::string::npos) comma = dims.size();
+        const std::size_t b = dims.find_first_not_of(' ', p);
+        const std::size_t e = dims.find_last_not_of(' ', comma - 1);
+        if (b < comma) {
+            std::size_t v = 0;
+            for (std::size_t i = b; i <= e; ++i) {
+                const char c = dims[i];
+                if (c < '0' || c > '9' || v > (SIZE_MAX - std::size_t(c - '0')) / 10) throw bad;
+                v = v * 10 + std::size_t(c - '0');
+            }
+            shape.push_back(v);
+        } else if (comma < dims.size()) {
+            throw bad;  // an empty entry before a comma: "(, 2)"
+        }
+        p = comma + 1;
+    }
+    return shape;
+}
+
+/// Reads an .npy file (C order only). The shape's element count, and the bytes it takes, must fit
+/// in 64 bits and in the file: a header that promises more than the file holds is an error before
+/// any memory is allocated for it.
 inline NpyArray read_npy(const std::string& path) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) throw std::runtime_error("cannot open " + path);
@@ -105,20 +133,31 @@ inline NpyArray read_npy(const std::string& path) {
     const std::size_t s0 = header.find('(', header.find("'shape'"));
     const std::size_t s1 = header.find(')', s0);
     if (s0 == std::string::npos || s1 == std::string::npos) throw fail("header has no 'shape'");
-    const std::string dims = header.substr(s0 + 1, s1 - s0 - 1);
-    for (std::size_t p = 0; p < dims.size();) {
-        const std::size_t comma = dims.find(',', p);
-        const std::string tok = dims.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
-        if (tok.find_first_not_of(' ') != std::string::npos) a.shape.push_back(std::stoull(tok));
-        if (comma == std::string::npos) break;
-        p = comma + 1;
+    try {
+        a.shape = parse_npy_shape(header.substr(s0 + 1, s1 - s0 - 1));
+    } catch (const std::runtime_error& e) {
+        throw fail(e.what());
     }
     std::size_t elem = 0;
     if (a.descr == "<f4") elem = 4;
     else if (a.descr == "<f2") elem = 2;
     else if (a.descr == "<f8") elem = 8;
     else throw fail("unsupported element type '" + a.descr + "' (expected '<f4', '<f2' or '<f8')");
-    a.bytes.resize(a.count() * elem);
+    std::size_t bytes = elem;
+    for (std::size_t s : a.shape)
+        if (s != 0 && bytes > SIZE_MAX / s)
+            throw fail("shape " + npy_shape_text(a.shape) + " has more bytes than 64 bits can count");
+        else
+            bytes *= s;
+    const long data_start = std::ftell(f);
+    long file_end = -1;
+    if (data_start >= 0 && std::fseek(f, 0, SEEK_END) == 0) file_end = std::ftell(f);
+    if (file_end < 0 || std::fseek(f, data_start, SEEK_SET) != 0) throw fail("cannot find the file's size");
+    if (bytes > std::size_t(file_end - data_start))
+        throw fail("file is shorter than its shape " + npy_shape_text(a.shape) + " says (" +
+                   std::to_string(file_end - data_start) + " bytes of data, " + std::to_string(bytes) +
+                   " needed)");
+    a.bytes.resize(bytes);
     if (std::fread(a.bytes.data(), 1, a.bytes.size(), f) != a.bytes.size())
         throw fail("file is shorter than its shape " + npy_shape_text(a.shape) + " says");
     std::fclose(f);

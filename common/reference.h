@@ -20,10 +20,14 @@
 
 namespace fa {
 
-/// log Σ_j e^{x_j} of one row, in float64; −inf when every entry is −inf.
+/// log Σ_j e^{x_j} of one row, in float64; −inf when every entry is −inf; NaN when any entry is
+/// NaN (so that a result computed from NaN input can never match it).
 inline double logsumexp_reference(const float* x, std::size_t cols) {
     double m = -std::numeric_limits<double>::infinity();
-    for (std::size_t j = 0; j < cols; ++j) m = std::fmax(m, double(x[j]));
+    for (std::size_t j = 0; j < cols; ++j) {
+        if (std::isnan(x[j])) return std::numeric_limits<double>::quiet_NaN();
+        m = std::fmax(m, double(x[j]));
+    }
     if (std::isinf(m) && m < 0) return m;
     double sum = 0;
     for (std::size_t j = 0; j < cols; ++j) sum += std::exp(double(x[j]) - m);

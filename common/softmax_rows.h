@@ -33,22 +33,41 @@ inline std::vector<float> random_rows(std::size_t rows, std::size_t cols, std::u
     return random_normal(rows * cols, seed, 0.5 * scale, scale);
 }
 
-/// Reads `dir`/x.npy, a 2-D float32 array, and sets rows and cols from it. A --rows or --cols given
-/// on the command line that disagrees with the file is an error. Prints what was loaded; exits
-/// with a message on any error.
+/// Why softmax input x (rows × cols) read from `path` cannot be used, or "": its shape must be
+/// (rows, cols) within the ranges of the command line's --rows and --cols, and no entry NaN or +inf
+/// (−inf is a masked entry, whose probability is 0).
+inline std::string rows_input_error(const Cli& cli, const std::string& path,
+                                    const std::vector<std::size_t>& shape, const std::vector<float>& x) {
+    if (shape.size() != 2) return path + ": shape " + npy_shape_text(shape) + " is not 2-D (rows, cols)";
+    const char* flags[2] = {"--rows", "--cols"};
+    for (int i = 0; i < 2; ++i) {
+        const std::string why = cli.range_error(flags[i], shape[i]);
+        if (!why.empty())
+            return path + ": shape " + npy_shape_text(shape) + ": " + (flags[i] + 2) + " " +
+                   std::to_string(shape[i]) + " " + why;
+    }
+    for (std::size_t i = 0; i < x.size(); ++i)
+        if (std::isnan(x[i]) || x[i] == std::numeric_limits<float>::infinity())
+            return path + ": entry (" + std::to_string(i / shape[1]) + ", " + std::to_string(i % shape[1]) +
+                   ") is " + std::to_string(x[i]) + "; softmax inputs must be numbers or -inf";
+    return "";
+}
+
+/// Reads `dir`/x.npy, a 2-D float32 array, and sets rows and cols from it (rows_input_error says
+/// what it must be). A --rows or --cols given on the command line that disagrees with the file is
+/// an error. Prints what was loaded; exits with a message on any error.
 inline std::vector<float> load_rows_npy(const Cli& cli, const std::string& dir, int& rows, int& cols) {
     std::vector<std::size_t> shape;
     std::vector<float> x;
+    std::string error;
     try {
         x = read_npy_f32(dir + "/x.npy", &shape);
+        error = rows_input_error(cli, dir + "/x.npy", shape, x);
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
-        std::exit(EXIT_FAILURE);
+        error = e.what();
     }
-    if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1 || shape[0] > (1u << 30) ||
-        shape[1] > (1u << 30)) {
-        std::fprintf(stderr, "error: %s/x.npy has shape %s; expected (rows, cols), both ≥ 1\n",
-                     dir.c_str(), npy_shape_text(shape).c_str());
+    if (!error.empty()) {
+        std::fprintf(stderr, "error: %s\n", error.c_str());
         std::exit(EXIT_FAILURE);
     }
     const int file_rows = int(shape[0]), file_cols = int(shape[1]);

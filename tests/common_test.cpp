@@ -19,6 +19,7 @@
 #include "../common/npy.h"
 #include "../common/random.h"
 #include "../common/reference.h"
+#include "../common/softmax_rows.h"
 #include "../common/validate.h"
 #include "support.h"
 
@@ -294,4 +295,145 @@ TEST_CASE("dispatch: a run-time head dim reaches the matching instantiation", "[
     int seen = 0;
     fa::with_head_dim<64, 128>(128, [&](auto d) { seen = decltype(d)::value; });
     CHECK(seen == 128);
+}
+
+// ---- bad input: every crafted .npy file is one clear error naming the file, never a pass ------
+
+namespace {
+std::string temp_path(const std::string& name) {
+    return (std::filesystem::temp_directory_path() / name).string();
+}
+
+// An .npy file with header dictionary `dict` (as NumPy writes it) and `data_bytes` zero bytes.
+void write_raw_npy(const std::string& path, const std::string& dict, std::size_t data_bytes) {
+    std::string header = dict;
+    header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+    header += '\n';
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(header.size() & 0xFF),
+                                   (unsigned char)(header.size() >> 8)};
+    std::fwrite(pre, 1, 10, f);
+    std::fwrite(header.data(), 1, header.size(), f);
+    const std::vector<char> zeros(data_bytes, 0);
+    std::fwrite(zeros.data(), 1, zeros.size(), f);
+    std::fclose(f);
+}
+
+std::string f4_dict(const std::string& shape) {
+    return "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+}
+
+// q.npy, k.npy, v.npy of one shape in a fresh folder; q's entry `nan_at` is NaN when given.
+std::string attention_folder(const std::string& name, const std::vector<std::size_t>& shape,
+                             std::size_t nan_at = SIZE_MAX) {
+    const std::string dir = temp_path(name);
+    std::filesystem::create_directories(dir);
+    std::size_t n = 1;
+    for (std::size_t s : shape) n *= s;
+    std::vector<float> x(n, 0.5f);
+    for (const char* f : {"/k.npy", "/v.npy"}) write_npy(dir + f, x.data(), shape);
+    if (nan_at < n) x[nan_at] = std::numeric_limits<float>::quiet_NaN();
+    write_npy(dir + "/q.npy", x.data(), shape);
+    return dir;
+}
+
+// The command line of an attention program, whose ranges the loaders apply.
+struct AttentionCli {
+    Cli cli{"test", "attention"};
+    AttentionArgs args;
+    AttentionCli() { add_attention_options(cli, args); }
+};
+
+std::string load_error(const std::string& dir) {
+    AttentionCli c;
+    try {
+        load_problem_npy(c.cli, dir, false, 0.0);
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+}  // namespace
+
+TEST_CASE("npy: a shape that is not whole numbers names the file and the shape", "[cpu][common]") {
+    const std::string path = temp_path("fa_shape_text.npy");
+    for (const char* shape : {"(abc, 2)", "(2, -3)", "(, 2)", "(99999999999999999999999, 2)"}) {
+        write_raw_npy(path, f4_dict(shape), 16);
+        CHECK_THROWS_WITH(read_npy(path), Catch::Contains(path) && Catch::Contains("not a list of whole numbers"));
+    }
+    std::remove(path.c_str());
+}
+
+TEST_CASE("npy: a shape whose size overflows 64 bits is an error, not a smaller array", "[cpu][common]") {
+    const std::string path = temp_path("fa_shape_overflow.npy");
+    write_raw_npy(path, f4_dict("(4294967296, 4294967296)"), 16);
+    CHECK_THROWS_WITH(read_npy(path), Catch::Contains(path) && Catch::Contains("more bytes than 64 bits"));
+    write_raw_npy(path, f4_dict("(65536, 65536, 65536, 65536)"), 16);
+    CHECK_THROWS_WITH(read_npy(path), Catch::Contains("more bytes than 64 bits"));
+    std::remove(path.c_str());
+}
+
+TEST_CASE("npy: a giant shape is refused before anything is allocated for it", "[cpu][common]") {
+    const std::string path = temp_path("fa_shape_giant.npy");
+    write_raw_npy(path, f4_dict("(1099511627776, 1024)"), 16);  // 4 PiB promised, 16 bytes there
+    CHECK_THROWS_WITH(read_npy(path), Catch::Contains("shorter than its shape") && Catch::Contains("16 bytes of data"));
+    std::remove(path.c_str());
+}
+
+TEST_CASE("cli: range_error applies an option's range to a value read from a file", "[cpu][common]") {
+    AttentionCli c;
+    CHECK(c.cli.range_error("--batch", 1).empty());
+    CHECK(c.cli.range_error("--dim", 1024).empty());
+    CHECK_THAT(c.cli.range_error("--dim", 5000), Catch::Contains("[1, 1024]") && Catch::Contains("--dim"));
+    CHECK_THAT(c.cli.range_error("--batch", 0), Catch::Contains("[1, 4096]"));
+    CHECK_FALSE(c.cli.range_error("--seq", 1ull << 40).empty());
+}
+
+TEST_CASE("attention .npy inputs: the command line's limits apply to the file's shape", "[cpu][common]") {
+    CHECK(load_error(attention_folder("fa_ok", {1, 2, 3, 4})).empty());
+    CHECK_THAT(load_error(attention_folder("fa_b0", {0, 2, 3, 4})),
+               Catch::Contains("q.npy") && Catch::Contains("batch 0") && Catch::Contains("[1, 4096]"));
+    CHECK_THAT(load_error(attention_folder("fa_d5000", {1, 1, 1, 5000})),
+               Catch::Contains("dim 5000") && Catch::Contains("[1, 1024]"));
+    CHECK_THAT(load_error(attention_folder("fa_n0", {1, 1, 0, 8})), Catch::Contains("seq 0"));
+    CHECK_THAT(load_error(attention_folder("fa_3d", {2, 3, 4})), Catch::Contains("not 4-D"));
+    const std::string dir = temp_path("fa_overflow");
+    std::filesystem::create_directories(dir);
+    write_raw_npy(dir + "/q.npy", f4_dict("(4294967296, 4294967296, 1, 1)"), 16);
+    CHECK_THAT(load_error(dir), Catch::Contains("q.npy") && Catch::Contains("64 bits"));
+}
+
+TEST_CASE("attention .npy inputs: a NaN or Inf entry is rejected, not computed with", "[cpu][common]") {
+    CHECK_THAT(load_error(attention_folder("fa_nan", {1, 2, 3, 4}, 7)),
+               Catch::Contains("q.npy: entry 7 is nan") && Catch::Contains("must be finite"));
+}
+
+TEST_CASE("softmax .npy input: shape within --rows/--cols, no NaN or +inf (-inf is a masked entry)",
+          "[cpu][common]") {
+    Cli cli("test", "softmax");
+    int rows = 1, cols = 1;
+    cli.option("--rows", &rows, "rows", 1, 1 << 24);
+    cli.option("--cols", &cols, "cols", 1, 1 << 24);
+    const float inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> ok = {1.0f, -inf, 2.0f, 3.0f};
+    CHECK(rows_input_error(cli, "x.npy", {2, 2}, ok).empty());
+    CHECK_THAT(rows_input_error(cli, "x.npy", {0, 4}, {}), Catch::Contains("rows 0") && Catch::Contains("--rows"));
+    CHECK_THAT(rows_input_error(cli, "x.npy", {1, 1u << 25}, {}), Catch::Contains("cols 33554432"));
+    CHECK_THAT(rows_input_error(cli, "x.npy", {4}, ok), Catch::Contains("not 2-D"));
+    CHECK_THAT(rows_input_error(cli, "x.npy", {2, 2}, {1.0f, 2.0f, std::nanf(""), 0.0f}),
+               Catch::Contains("entry (1, 0) is nan"));
+    CHECK_THAT(rows_input_error(cli, "x.npy", {2, 2}, {1.0f, inf, 0.0f, 0.0f}), Catch::Contains("entry (0, 1) is inf"));
+}
+
+TEST_CASE("reference: a softmax of NaN input is NaN, so no result can match it", "[cpu][common]") {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> x(8, nan);
+    CHECK(std::isnan(logsumexp_reference(x.data(), x.size())));
+    const std::vector<float> zeros(8, 0.0f);  // what a softmax that drops NaN writes
+    CHECK_FALSE(check_softmax_rows("y", x.data(), zeros.data(), 1, 8, kFp32Tolerance).ok());
+    std::vector<float> one_nan(8, 1.0f);
+    one_nan[3] = nan;
+    const std::vector<float> uniform(8, 0.125f);
+    CHECK_FALSE(check_softmax_rows("y", one_nan.data(), uniform.data(), 1, 8, kFp32Tolerance).ok());
 }

@@ -5,11 +5,13 @@
 //    never reported as passed;
 //  - at the end, one machine-readable line "test-summary: passed=P failed=F gpu-not-run=K" that
 //    tests/run_tests.sh adds up over all test binaries.
+// It builds with Catch2 v2 or v3 (tests/catch2_v3/catch2/catch.hpp maps v3 to v2's names).
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/device.h"
@@ -20,7 +22,9 @@ unsigned long long g_gpu_not_run = 0;
 
 // Prints the totals of test cases when the run ends.
 struct SummaryListener : Catch::TestEventListenerBase {
-    using TestEventListenerBase::TestEventListenerBase;
+    // (the base's constructor takes a ReporterConfig in Catch2 v2, an IConfig pointer in v3)
+    template <typename Config>
+    explicit SummaryListener(Config&& config) : Catch::TestEventListenerBase(std::forward<Config>(config)) {}
     void testRunEnded(Catch::TestRunStats const& stats) override {
         const Catch::Counts& c = stats.totals.testCases;
         std::printf("test-summary: passed=%llu failed=%llu gpu-not-run=%llu\n",
@@ -29,6 +33,21 @@ struct SummaryListener : Catch::TestEventListenerBase {
         std::fflush(stdout);
     }
 };
+
+// True for a test case tagged [gpu]. (v2 keeps a test case's tags as strings, v3 as Tag objects.)
+#if CATCH_VERSION_MAJOR >= 3
+bool is_gpu_test(const Catch::TestCaseHandle& t) {
+    for (const Catch::Tag& tag : t.getTestCaseInfo().tags)
+        if (tag.original == Catch::StringRef("gpu")) return true;
+    return false;
+}
+#else
+bool is_gpu_test(const Catch::TestCase& t) {
+    for (const std::string& tag : t.tags)
+        if (tag == "gpu") return true;
+    return false;
+}
+#endif
 
 // Every alternative of a Catch2 test spec ("a,b" means a or b) gets "~[gpu]" added.
 std::vector<std::string> without_gpu(const std::vector<std::string>& specs) {
@@ -54,10 +73,8 @@ int main(int argc, char* argv[]) {
     if (rc != 0) return rc;
     if (fa::cuda_device_count() == 0) {
         Catch::Config& config = session.config();
-        for (const Catch::TestCase& t :
-             Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config))
-            for (const std::string& tag : t.tags)
-                if (tag == "gpu") ++g_gpu_not_run;
+        for (const auto& t : Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config))
+            if (is_gpu_test(t)) ++g_gpu_not_run;
         Catch::ConfigData data = session.configData();
         data.testsOrTags = without_gpu(data.testsOrTags);
         session.useConfigData(data);

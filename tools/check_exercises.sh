@@ -118,6 +118,7 @@ if [ "${#need_ch[@]}" -gt 0 ]; then
         echo "check-exercises: the unmodified sources do not build (log: ${logs#"$EX_ROOT"/}/baseline.log)"
         exit 1
     fi
+    rm -f "${targets[@]/#/$base/}"  # the bugs' folders link their own; only the objects are shared
     echo "baseline: ready [$((SECONDS - t0)) s]"
 fi
 

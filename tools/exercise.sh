@@ -5,6 +5,7 @@
 #   tools/exercise.sh CH BUG          copy the sources to exercises-work/chCH-bugBUG/, apply
 #                                     chapters/NN_*/exercises/bugBUG.patch there, build chapter CH's
 #                                     test binary there and run its tests (they fail: find out why)
+#   tools/exercise.sh --answer CH BUG print the planted change (make exercise-answer)
 # `make exercise CH=5 BUG=2` calls it. Running it again reuses the folder (your edits stay) and
 # rebuilds only what changed; RESET=1 starts over from the repository's sources.
 #
@@ -87,12 +88,14 @@ ex_link_chapters() {
     echo "$1 $(sed -n "s/^USES_$1 *:= *//p" "$EX_ROOT/Makefile")"
 }
 
-# Copies what a build needs (Makefile, common/, tests/, chapters/ without the exercises) into $1,
-# keeping modification times, so that objects copied next to it are up to date.
+# Copies what a build needs (Makefile, common/, tests/, chapters/ without the exercises, the
+# Makefile's Catch2 finder) into $1, keeping modification times, so that objects copied next to it
+# are up to date.
 ex_copy_sources() {
-    mkdir -p "$1"
+    mkdir -p "$1/tools"
     rm -rf "$1/Makefile" "$1/common" "$1/tests" "$1/chapters"
     cp -a "$EX_ROOT/Makefile" "$EX_ROOT/common" "$EX_ROOT/tests" "$EX_ROOT/chapters" "$1/"
+    cp -a "$EX_ROOT/tools/find_catch2.sh" "$1/tools/"
     rm -rf "$1"/chapters/*/exercises
 }
 
@@ -102,20 +105,35 @@ ex_stamp() {
         -f <(printf 'ex-print-stamp:\n\t@echo $(notdir $(FLAGS_STAMP))\n') ex-print-stamp 2>/dev/null
 }
 
+# Copies file $1 to $2 keeping its time; an object file is hard-linked instead (no disk space; the
+# Makefile writes every object as a new file, so a rebuild on either side leaves the other alone).
+ex_copy_file() {
+    mkdir -p "$(dirname "$2")"
+    case "$1" in
+        *.o) ln -f "$1" "$2" 2>/dev/null || cp -a "$1" "$2" ;;
+        *) cp -a "$1" "$2" ;;
+    esac
+}
+
 # Copies into $2/build the objects of build folder $1 that chapter $3's test binary links, when $1
 # was built with the flags of this run ($4, the stamp name). Returns 1 when it has nothing to copy.
 ex_seed() {
-    local from=$1 to=$2/build ch=$3 stamp=$4 c d
+    local from=$1 to=$2/build ch=$3 stamp=$4 c d f
     [ -n "$stamp" ] && [ -f "$from/$stamp" ] || return 1
     mkdir -p "$to/tests" "$to/chapters"
-    rm -f "$to"/flags-*
+    rm -f "$to"/flags-* "$to"/catch2-*
     cp -a "$from/$stamp" "$to/"
+    cp -a "$from"/catch2-* "$to/" 2>/dev/null
     for c in $(ex_link_chapters "$ch"); do
         d=$(basename "$EX_ROOT"/chapters/"$(printf '%02d' "$c")"_*)
-        [ -d "$from/chapters/$d" ] && rm -rf "$to/chapters/$d" && cp -a "$from/chapters/$d" "$to/chapters/"
+        [ -d "$from/chapters/$d" ] || continue
+        rm -rf "$to/chapters/$d"
+        while IFS= read -r f; do ex_copy_file "$from/$f" "$to/$f"; done \
+            < <(cd "$from" && find "chapters/$d" -type f)
     done
-    cp -a "$from"/tests/main.[od] "$to/tests/" 2>/dev/null
-    cp -a "$from"/tests/"$(printf 'chapter%02d_test' "$ch")".[od] "$to/tests/" 2>/dev/null
+    for f in "$from"/tests/main.[od] "$from"/tests/"$(printf 'chapter%02d_test' "$ch")".[od]; do
+        [ -f "$f" ] && ex_copy_file "$f" "$to/tests/$(basename "$f")"
+    done
     return 0
 }
 
@@ -270,6 +288,7 @@ ex_main() {
     (cd "$dir" && tests/run_tests.sh "$bin" -- "${args[@]}" >test.log 2>&1)
     status=$?
     ex_summarize "$dir/test.log"
+    local unchecked=0
     if [ "$where" != cpu ] && [ "$gpu" = 0 ]; then
         echo
         if [ "$status" -ne 0 ]; then
@@ -277,7 +296,8 @@ ex_main() {
             echo "bug anyway (chapter 7's [cpu] tests run the kernels' own source in a CPU emulator)."
         else
             echo "This bug lives in GPU code and its tests need a CUDA device: the [gpu] test cases were"
-            echo "skipped here, and the [cpu] tests cannot see it."
+            echo "skipped here, and the [cpu] tests cannot see it, so nothing was checked."
+            unchecked=1 status=1
         fi
     fi
     if [ -n "$sanitizer" ] && [ "$gpu" = 1 ]; then
@@ -296,8 +316,11 @@ ex_main() {
         fi
     fi
     echo
-    echo "== The work folder is $rel/"
-    if [ "$where" != cpu ] && [ "$gpu" = 0 ] && [ "$status" -eq 0 ]; then
+    local own_mb
+    own_mb=$(find "$dir" -type f -links 1 -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s / 1e6 }')
+    echo "== The work folder is $rel/ (${own_mb} MB of its own; unchanged objects are shared with the"
+    echo "   repository's build). RESET=1 starts it over; make clean-exercises removes every work folder."
+    if [ "$unchecked" = 1 ]; then
         echo "   Read its sources with the symptom and the hints in mind; on a GPU machine, run"
         echo "   make exercise CH=$ch BUG=$bug there."
     elif [ "$status" -eq 0 ]; then
@@ -307,12 +330,32 @@ ex_main() {
         echo "   Find the bug in its sources (not in the repository's), fix it there, and rerun"
         echo "   make exercise CH=$ch BUG=$bug        (rebuilds what you changed, reruns the tests)"
         echo "   It is solved when the tests pass$([ -n "$sanitizer" ] && echo " and $sanitizer is clean")."
-        echo "   Hints, and the explanation once you are done: the end of chapters/$(ex_chapter_dir "$patch")/README.md."
+        echo "   Hints, and the explanation once you are done: the end of chapters/$(ex_chapter_dir "$patch")/README.md;"
+        echo "   the planted change itself, if you give up: make exercise-answer CH=$ch BUG=$bug."
     fi
     return "$status"
 }
 
+# make exercise-answer: the planted change of (chapter, bug), shown only when asked for.
+ex_answer() {
+    local patch
+    patch=$(ex_patch "${1:-0}" "${2:-0}")
+    if [ -z "$patch" ]; then
+        echo "make exercise-answer: there is no exercise CH=${1:-} BUG=${2:-}; make exercise lists them." >&2
+        return 2
+    fi
+    echo "The bug planted by make exercise CH=$1 BUG=$2 (the answer: the lines marked + are the bug,"
+    echo "the lines marked - what they replaced). Why it fails: the end of chapters/$(ex_chapter_dir "$patch")/README.md."
+    echo
+    sed -n '/^[^#]/,$p' "$patch"
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
-    ex_main "$@"
+    if [ "${1:-}" = --answer ]; then
+        shift
+        ex_answer "$@"
+    else
+        ex_main "$@"
+    fi
     exit $?
 fi

@@ -3,6 +3,10 @@
 
   tools/plot_results.py                     the newest results/*.csv
   tools/plot_results.py --csv results/nvidia-h100-80gb-hbm3-2026-11-22.csv --out docs/figures
+  tools/plot_results.py --csv FULL --csv PARTIAL --pytorch results/pytorch-....csv
+      several files merge as in the README's table (a later file's chapters replace the earlier
+      files' rows); --pytorch adds PyTorch's flash and cuDNN backends (bf16), as measured by
+      tools/compare_pytorch.py at its shapes, to the forward figure as reference points
 
 Writes
   tflops_forward.png   TF/s against N, one line per chapter/variant/dtype; panels for D and causal
@@ -11,7 +15,8 @@ Writes
                        and chapter 5 (Q, K, V, O, L) against N, computed from the shapes, with the
                        GPU's memory from the file's header and the runs chapter 3 could not make
 
-Needs matplotlib (python3 -m pip install matplotlib); without it, says so and exits 0.
+Needs matplotlib (python3 -m pip install -r tools/requirements.txt); without it, says so and
+exits 0.
 """
 
 import argparse
@@ -29,6 +34,10 @@ TOKENS = 16384
 HEAD_WIDTH = 2048
 MARKERS = {3: "s", 4: "^", 5: "o", 6: "D", 7: "v"}
 LINESTYLES = {"bf16": "--", "tf32": ":"}
+# PyTorch backends drawn as references, and how (tools/compare_pytorch.py's backend names).
+REFERENCES = {"flash": ("PyTorch flash (FlashAttention-2)", "black", "*"),
+              "cudnn": ("PyTorch cuDNN", "dimgray", "P")}
+REFERENCE_DTYPE = "bf16"
 
 
 def chapter3_bytes(b, h, n, d):
@@ -41,10 +50,34 @@ def chapter5_bytes(b, h, n, d):
     return 4.0 * b * h * n * d * FLOAT_BYTES + 1.0 * b * h * n * FLOAT_BYTES
 
 
-def title_of(header, what):
-    gpu = header.get("gpu", "unknown GPU")
-    date = header.get("date", "")[:10]
-    return "%s: %s (%s)" % (what, gpu, date) if date else "%s: %s" % (what, gpu)
+def title_of(headers, what):
+    """'what: GPU (dates)' over the headers of the files a figure is drawn from."""
+    gpus = sorted({h.get("gpu", "unknown GPU") for h in headers})
+    dates = sorted({h.get("date", "")[:10] for h in headers} - {""})
+    return "%s: %s%s" % (what, ", ".join(gpus), " (%s)" % ", ".join(dates) if dates else "")
+
+
+def read_references(paths):
+    """PyTorch's rates from compare_pytorch.py files: dicts with backend, dim, seq, causal,
+    tflops and a label naming torch's version and the date, for the backends in REFERENCES."""
+    import csv
+    refs = []
+    for path in paths:
+        with open(path) as f:
+            lines = f.read().splitlines()
+        header = dict(kv for kv in map(results_csv.parse_header_line,
+                                       (l for l in lines if l.startswith("#"))) if kv)
+        for row in csv.DictReader(l for l in lines if not l.startswith("#")):
+            if row["backend"] not in REFERENCES or row["dtype"] != REFERENCE_DTYPE:
+                continue
+            shape = dict(part.split("=") for part in row["shape"].split() if "=" in part)
+            name = REFERENCES[row["backend"]][0]
+            refs.append({"backend": row["backend"], "dim": int(shape["D"]), "seq": int(shape["N"]),
+                         "causal": 0 if "non-causal" in row["shape"] else 1,
+                         "tflops": float(row["torch_TF_per_s"]),
+                         "label": "%s %s, torch %s (%s)" % (name, REFERENCE_DTYPE, header.get("torch", "?"),
+                                                            header.get("date", "")[:10])})
+    return refs
 
 
 def label_axes(ax, seqs, values):
@@ -60,8 +93,9 @@ def label_axes(ax, seqs, values):
         ax.yaxis.set_minor_formatter(plain)
 
 
-def plot_rates(plt, rows, header, pass_name, path):
-    """TF/s against N; rows D, columns causal off/on; one line per series. False if no rows."""
+def plot_rates(plt, rows, headers, pass_name, path, refs=()):
+    """TF/s against N; rows D, columns causal off/on; one line per series, and the reference
+    points (PyTorch) of the same D and mask. False if no rows."""
     rows = [r for r in rows if r["pass"] == pass_name and r["tflops"] > 0]
     if not rows:
         return False
@@ -92,6 +126,12 @@ def plot_rates(plt, rows, header, pass_name, path):
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS.get(key[0], "."),
                             markersize=4, color=colors[key],
                             linestyle=LINESTYLES.get(key[2], "-"), label=results_csv.series_label(key))
+            for backend, (_, color, marker) in REFERENCES.items():
+                mine = [x for x in refs if x["backend"] == backend and x["dim"] == d and x["causal"] == c]
+                for label in sorted({x["label"] for x in mine}):
+                    pts = sorted((x["seq"], x["tflops"]) for x in mine if x["label"] == label)
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, marker=marker,
+                            markersize=9, linestyle=":", linewidth=1, label=label)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             label_axes(ax, sorted({r["seq"] for r in rows}),
@@ -108,7 +148,7 @@ def plot_rates(plt, rows, header, pass_name, path):
                 handles.append(h)
                 labels.append(l)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    fig.suptitle(title_of(header, "%s pass, median time" % ("forward" if pass_name == "fwd" else "backward")))
+    fig.suptitle(title_of(headers, "%s pass, median time" % ("forward" if pass_name == "fwd" else "backward")))
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -134,12 +174,12 @@ def memory_points(rows, d, seqs):
     return points
 
 
-def plot_memory(plt, rows, header, path):
+def plot_memory(plt, rows, headers, path):
     dims = sorted({r["dim"] for r in rows})
     seqs = sorted({r["seq"] for r in rows})
-    gpu_bytes = results_csv.header_memory_bytes(header)
+    gpu_bytes = results_csv.header_memory_bytes(headers[0])
     ran3 = {(r["dim"], r["seq"]) for r in rows if r["chapter"] == 3 and r["pass"] == "fwd"}
-    chapters = results_csv.header_chapters(header, rows)
+    chapters = set().union(*(results_csv.header_chapters(h, rows) for h in headers))
     fig, axes = plt.subplots(1, len(dims), figsize=(6.2 * len(dims), 4.4), squeeze=False)
     for ax, d in zip(axes[0], dims):
         pts = memory_points(rows, d, seqs)
@@ -169,7 +209,7 @@ def plot_memory(plt, rows, header, path):
         ax.set_xlabel("sequence length N (batch·N = %d up to N = %d, then batch 1)" % (TOKENS, max(seqs)))
         ax.set_ylabel("device memory, GiB (computed from the shape)")
         ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(title_of(header, "device memory of the arrays"))
+    fig.suptitle(title_of(headers, "device memory of the arrays"))
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -177,7 +217,12 @@ def plot_memory(plt, rows, header, path):
 
 def main(argv):
     p = argparse.ArgumentParser(description="PNG figures of a benchmark CSV (docs/benchmarks.md).")
-    p.add_argument("--csv", default="", help="results file (default: the newest results/*.csv)")
+    p.add_argument("--csv", action="append", default=[],
+                   help="results file (default: the newest results/*.csv); given again, the later "
+                        "file's chapters replace the earlier files' rows of those chapters")
+    p.add_argument("--pytorch", action="append", default=[],
+                   help="a tools/compare_pytorch.py results file: its flash and cuDNN rates join "
+                        "the forward figure")
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"), help="output folder")
     opts = p.parse_args(argv)
     try:
@@ -186,27 +231,31 @@ def main(argv):
         import matplotlib.pyplot as plt
     except ImportError:
         print("make plots: matplotlib is not installed, so no figures were written "
-              "(install it with: python3 -m pip install matplotlib)")
+              "(install it with: python3 -m pip install -r tools/requirements.txt)")
         return 0
-    path = opts.csv or results_csv.newest_csv(os.path.join(ROOT, "results"))
-    if not path:
+    paths = opts.csv or [results_csv.newest_csv(os.path.join(ROOT, "results"))]
+    if not paths[0]:
         print("make plots: no results/*.csv yet; run 'make bench' first, or pass CSV=file", file=sys.stderr)
         return 1
     try:
-        header, rows = results_csv.read_rows(path)
-    except results_csv.ResultsError as e:
+        sources, rows = results_csv.read_merged(paths)
+        refs = read_references(opts.pytorch)
+    except (results_csv.ResultsError, OSError, KeyError, ValueError) as e:
         print("make plots: %s" % e, file=sys.stderr)
         return 1
+    headers = [h for h, _, _ in sources]
     os.makedirs(opts.out, exist_ok=True)
     written = []
     for pass_name, name in (("fwd", "tflops_forward.png"), ("bwd", "tflops_backward.png")):
         target = os.path.join(opts.out, name)
-        if plot_rates(plt, rows, header, pass_name, target):
+        if plot_rates(plt, rows, headers, pass_name, target, refs if pass_name == "fwd" else ()):
             written.append(target)
     target = os.path.join(opts.out, "memory.png")
-    plot_memory(plt, rows, header, target)
+    plot_memory(plt, rows, headers, target)
     written.append(target)
-    print("make plots: from %s (%d rows) wrote %s" % (path, len(rows), ", ".join(written)))
+    print("make plots: from %s (%d rows%s) wrote %s"
+          % (" + ".join(paths), len(rows), ", PyTorch: " + " + ".join(opts.pytorch) if opts.pytorch else "",
+             ", ".join(written)))
     return 0
 
 

@@ -78,6 +78,20 @@ def read_rows(path):
     return header, rows
 
 
+def read_merged(paths):
+    """(sources, rows) of several results files, where a later file's chapters replace the
+    earlier files' rows of those chapters (a partial run on top of a full one). sources lists
+    (header, path, chapters) for each file that still gives rows, in order."""
+    rows, sources = [], []
+    for path in paths:
+        header, mine = read_rows(path)
+        chapters = sorted({r["chapter"] for r in mine})
+        rows = [r for r in rows if r["chapter"] not in chapters] + mine
+        sources = [(h, p, [c for c in cs if c not in chapters]) for h, p, cs in sources]
+        sources = [s for s in sources if s[2]] + [(header, path, chapters)]
+    return sources, rows
+
+
 def newest_csv(folder):
     """The benchmark file in folder (*.csv with the benchmark's columns; PyTorch comparisons and
     other files are skipped) whose header date is the latest (file time when it has none), or None."""

@@ -3,12 +3,12 @@
 #   tools/sanitize.sh TEST-BINARY...
 # Each binary runs its [gpu] test cases under memcheck, racecheck, synccheck and initcheck, several
 # at a time (SANITIZE_JOBS, default 4); a line is printed as each one finishes. Any error the
-# sanitizer reports, or any failed test, makes the run fail. Without a GPU it says so and exits 0
-# without claiming anything was checked. Logs: <binary>.<tool>.log next to each binary.
+# sanitizer reports, or any failed test, makes the run fail. Without a GPU it says so and exits 1:
+# nothing was checked. Logs: <binary>.<tool>.log next to each binary.
 set -u
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "make sanitize: no CUDA device on this machine; nothing was checked."
-  exit 0
+  exit 1
 fi
 if ! command -v compute-sanitizer >/dev/null; then
   echo "make sanitize: compute-sanitizer not found (it ships with the CUDA Toolkit, in \$CUDA_HOME/bin)."

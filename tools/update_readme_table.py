@@ -153,18 +153,13 @@ def main(argv):
               file=sys.stderr)
         return 1
     readme_dir = os.path.dirname(os.path.abspath(opts.readme))
-    rows, sources = [], []
-    for path in paths:
-        try:
-            header, mine = results_csv.read_rows(path)
-        except results_csv.ResultsError as e:
-            print("update_readme_table: %s" % e, file=sys.stderr)
-            return 1
-        chapters = sorted({r["chapter"] for r in mine})
-        rows = [r for r in rows if r["chapter"] not in chapters] + mine
-        sources = [(h, rel, [c for c in cs if c not in chapters]) for h, rel, cs in sources]
-        csv_rel = os.path.relpath(os.path.abspath(path), readme_dir).replace(os.sep, "/")
-        sources = [s for s in sources if s[2]] + [(header, csv_rel, chapters)]
+    try:
+        sources, rows = results_csv.read_merged(paths)
+    except results_csv.ResultsError as e:
+        print("update_readme_table: %s" % e, file=sys.stderr)
+        return 1
+    sources = [(h, os.path.relpath(os.path.abspath(path), readme_dir).replace(os.sep, "/"), cs)
+               for h, path, cs in sources]
     new_block = block(sources, rows, os.path.join(readme_dir, "docs", "figures"))
     if opts.print_only:
         print(new_block)
