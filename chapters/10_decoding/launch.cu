@@ -61,10 +61,20 @@ void decode(int variant, const DecodeShape& s, const DecodeArrays<T>& a, const S
     fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.smem_bytes), "chapter 10 kernel");
     e.kernel<<<decode_grid(p), e.threads, e.smem_bytes>>>(p);
     CUDA_CHECK_LAUNCH();
-    if (plan.splits > 1) {  // step 2: merge the splits
-        combine_entry<T>(s.D)<<<combine_grid(p), 128>>>(p);
-        CUDA_CHECK_LAUNCH();
-    }
+    if (plan.splits <= 1) return;
+    // step 2: merge the splits; step 5: as a programmatic dependent launch (sm_90), so the
+    // combine's launch overlaps the end of the splits instead of following it
+    cudaLaunchConfig_t config{};
+    config.gridDim = combine_grid(p);
+    config.blockDim = dim3(128);
+    cudaLaunchAttribute overlap[1];
+    overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap[0].val.programmaticStreamSerializationAllowed = 1;
+    static const bool sm90 = fa::device_info().cc_major >= 9;
+    config.attrs = overlap;
+    config.numAttrs = variant == kTuned && sm90 ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&config, combine_entry<T>(s.D), p));
+    CUDA_CHECK_LAUNCH();
 }
 
 template <class T>

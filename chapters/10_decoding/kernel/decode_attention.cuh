@@ -131,10 +131,6 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
     const int rows = p.heads_per_block * p.q_len;  // packed rows (head, token); Q rows are contiguous
     const std::size_t row0 = (std::size_t(b) * p.H_q + hq0) * p.q_len;  // the group's first row of Q, O, L
 
-    // Alg. 1 line 4: Q_i, rows r0 .. r0 + 15 of the group (zeros past `rows`)
-    if (int(threadIdx.x) < Cfg::kQThreads)
-        tc::load_tile<kQRows, D, Cfg::kQThreads, true, tc::Copy::kSync>(Qs, p.Q + row0 * D, r0, rows);
-
     const int Tc = fa::ceil_div(key_end - key_begin, Bc);
     const int* table_row = p.table + std::size_t(b) * p.max_pages;
     const uint16_t* Kh = p.K + contiguous_row(b, h_kv, 0, p.H_kv, p.N_max, D);
@@ -150,15 +146,16 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
             tc::load_tile<Bc, D, kThreads, true, tc::Copy::kAsync>(K_stage(j) + Bc * D, Vh, k0, key_end);
         }
     };
-    // step 5: Stages − 1 tiles in flight before the loop (chapter 7's pipeline, deeper when tuned)
+    // Alg. 1 line 4: Q_i, rows r0 .. r0 + 15 of the group (zeros past `rows`). It travels in the
+    // group of K_0, V_0, and Stages − 1 tiles are in flight before the loop starts (step 5: more).
+    if (int(threadIdx.x) < Cfg::kQThreads)
+        tc::load_tile<kQRows, D, Cfg::kQThreads, true, tc::Copy::kAsync>(Qs, p.Q + row0 * D, r0, rows);
     #pragma unroll
     for (int j = 0; j < kStages - 1; ++j) {
         if (j < Tc) load_kv(j);
         tc::cp_async_commit();
     }
-    __syncthreads();  // the Q tile is in shared memory
     ch7::QFrags<W> q;
-    ch7::load_q_frags<W>(q, Qs, 0, lane);
 
     // Alg. 1 line 5, for the warp's keys
     float O[1][D / 8][4];
@@ -177,6 +174,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
         __syncthreads();
         if (j + kStages - 1 < Tc) load_kv(j + kStages - 1);
         tc::cp_async_commit();  // an empty group past the end keeps the count uniform
+        if (j == 0) ch7::load_q_frags<W>(q, Qs, 0, lane);  // Q fragments stay in registers
         const int k0 = key_begin + j * Bc + kWarpKeys * warp;  // the warp's first key
         if (k0 >= key_end) continue;                             // the warp's keys are past the split
         const uint16_t* Ks = K_stage(j) + kWarpKeys * warp * D;
@@ -247,6 +245,16 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
 #endif
 }
 
+/// Step 5: waits until the grid launched before this one on the stream has finished and its writes
+/// are visible (PTX griddepcontrol.wait, sm_90). The combine is then launched as a programmatic
+/// dependent (launch.cu), so its blocks start while the last splits finish; launched the ordinary
+/// way, or before sm_90, there is nothing to wait for.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 /// Step 2: the combine. One warp per output row (sequence b, query head, token): the row's splits'
 /// logsumexps L_s are entries of one softmax, so lane l pushes L_l, L_{l+32}, … into an online
 /// state (chapter 2, Alg. 1), the lanes' states meet with chapter 2's merge (Alg. 2) in a butterfly
@@ -262,6 +270,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const DecodeParams p) {
     if (row >= rows) return;
     const int b = int(row / (std::size_t(p.H_q) * p.q_len));
     const int n = splits_of(p.lens[b], p.q_len, p.chunk);
+    wait_for_previous_grid();  // step 5: launched while the splits finish (launch.cu)
     const float* Ls = p.L_part + row * p.splits;
     const float* Os = p.O_part + row * p.splits * D;
 
@@ -277,7 +286,8 @@ __global__ void __launch_bounds__(128) combine_kernel(const DecodeParams p) {
     float o[kPerLane];
     #pragma unroll
     for (int e = 0; e < kPerLane; ++e) o[e] = 0.0f;
-    for (int s = 0; s < n; ++s) {
+    #pragma unroll 8
+    for (int s = 0; s < n; ++s) {  // unrolled: eight splits' loads in flight at once
         const float w = state.prob(Ls[s]);
         #pragma unroll
         for (int e = 0; e < kPerLane; ++e) o[e] += w * Os[std::size_t(s) * D + kPerLane * lane + e];
