@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
 #include <vector>
 
 #include "../../common/dtype.h"
@@ -189,6 +190,7 @@ PagedCopy make_paged_copy(const DecodeShape& s, const std::vector<float>& K, con
             for (int key = 0; key < s.lens[b]; ++key) {
                 const std::size_t from = contiguous_row(b, h, key, s.H_kv, s.N_max, D);
                 const std::size_t to = paged_row(&out.table[std::size_t(b) * s.max_pages()], key, s.page_shift(), h, s.H_kv, D);
+                if (to + D > out.K.size()) throw std::out_of_range("make_paged_copy: a key's row lies outside the pool");
                 std::copy(&K[from], &K[from] + D, &out.K[to]);
                 std::copy(&V[from], &V[from] + D, &out.V[to]);
             }

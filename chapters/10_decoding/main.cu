@@ -134,6 +134,7 @@ public:
         Row row;
         row.name = ch10::variant_name(variant) + (page_size ? " P=" + std::to_string(page_size) : "") +
                    (candidate >= 0 ? " c" + std::to_string(candidate) : "");
+        if (candidate >= 0 && forced == nullptr) row.name += " heuristic";
         row.plan = std::to_string(plan.splits) + " x " + std::to_string(plan.chunk);
         std::printf("kernel %s: %d split%s of %d keys, B_c = %d\n", row.name.c_str(), plan.splits,
                     plan.splits > 1 ? "s" : "", plan.chunk, Bc);
@@ -201,12 +202,12 @@ private:
         std::fseek(f, 0, SEEK_END);
         if (std::ftell(f) == 0)
             std::fprintf(f, "variant,candidate,dtype,batch,heads_q,heads_kv,q_len,dim,max_len,kv_bytes,page_size,"
-                            "splits,chunk,median_us,kv_gbps,read_gbps,check\n");
+                            "splits,chunk,median_us,kv_gbps,read_gbps,check,label\n");
         const ch10::DecodeShape& s = p_.s;
-        std::fprintf(f, "%s,%d,%s,%d,%d,%d,%d,%d,%d,%.0f,%d,%d,%d,%.3f,%.1f,%.1f,%s\n", ch10::variant_name(variant).c_str(),
+        std::fprintf(f, "%s,%d,%s,%d,%d,%d,%d,%d,%d,%.0f,%d,%d,%d,%.3f,%.1f,%.1f,%s,%s\n", ch10::variant_name(variant).c_str(),
                      candidate, fa::dtype_name<T>(), s.B, s.H_q, s.H_kv, s.q_len, s.D, s.max_len(), s.kv_bytes(sizeof(T)),
                      page_size, plan.splits, plan.chunk, row.us, row.gbps, read_gbps_,
-                     row.checked ? (row.passed ? "PASS" : "FAIL") : "skipped");
+                     row.checked ? (row.passed ? "PASS" : "FAIL") : "skipped", row.name.c_str());
         std::fclose(f);
     }
 
@@ -255,8 +256,9 @@ int run_all(const Options& o) {
             }
         }
     } else if (o.ladder) {
-        for (int v = ch10::kFirstVariant; v <= ch10::kLastVariant; ++v)
-            rows.push_back(runner.run(v, v == ch10::kPaged ? o.page_size : 0, -1));
+        for (int v : {ch10::kFa2Grid, ch10::kSplitKv, ch10::kGqa, ch10::kTuned})  // contiguous cache
+            rows.push_back(runner.run(v, 0, -1));
+        rows.push_back(runner.run(ch10::kPaged, o.page_size, -1));
         for (int P : parse_list(o.page_sizes)) rows.push_back(runner.run(ch10::kTuned, P, -1));
     } else {
         rows.push_back(runner.run(o.kernel, o.kernel == ch10::kPaged ? o.page_size : 0, o.tiles));
