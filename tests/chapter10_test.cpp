@@ -121,8 +121,10 @@ void check_variant(int variant, const DecodeShape& s, int page_size, Cut cut, in
     if constexpr (!Emulated) CUDA_CHECK(cudaDeviceSynchronize());
     INFO("kernel " << variant_name(variant) << " candidate " << candidate << ", " << c.s.str() << ", "
                    << fa::dtype_name<T>() << ", " << cut_name(cut) << ", magnitude " << magnitude);
-    CHECK(compare_cache(arrays.K_stored(), c.K) == "");
-    CHECK(compare_cache(arrays.V_stored(), c.V) == "");
+    if (c.K.size() <= (std::size_t(1) << 25)) {  // the append, element by element (not on the largest caches)
+        CHECK(compare_cache(arrays.K_stored(), c.K) == "");
+        CHECK(compare_cache(arrays.V_stored(), c.V) == "");
+    }
     const SplitPlan plan = plan_for(cut, variant, c.s, candidate, Emulated);
     const DecodeArrays<T> a = arrays.arrays(plan);
     if constexpr (Emulated) {
@@ -204,13 +206,11 @@ void gpu_cases(int variant, bool both_dims) {
                 }
             }
     if (small) return;
-    for (int q_len : {1, 4})
-        for (const Heads& h : {Heads{8, 2}, Heads{8, 1}}) {
-            const std::vector<int> lens = lengths({1, 17, 4097, 100000}, q_len);
-            DecodeShape s = make_decode_shape(4, h.H_q, h.H_kv, q_len, 128, 100000, lens);
-            check_variant<T, false>(variant, s, page_size_for(variant, 64), Cut::kHeuristic);
-            if (variant != kFa2Grid) check_variant<T, false>(variant, s, page_size_for(variant, 64), Cut::kExtra);
-        }
+    for (int q_len : {1, 4}) {  // g = 4 with q_len 1, MQA (g = 8) with q_len 4
+        const Heads h = q_len == 1 ? Heads{8, 2} : Heads{8, 1};
+        DecodeShape s = make_decode_shape(4, h.H_q, h.H_kv, q_len, 128, 100000, lengths({1, 17, 4097, 100000}, q_len));
+        check_variant<T, false>(variant, s, page_size_for(variant, 64), variant == kFa2Grid ? Cut::kHeuristic : Cut::kExtra);
+    }
 }
 
 }  // namespace

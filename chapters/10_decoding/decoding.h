@@ -79,11 +79,11 @@ struct SplitPlan {
     int splits = 1;
 };
 
-/// The split heuristic (README, "How many splits"): give every block of one full wave an equal
-/// share of the keys. With W = Σ_b groups·lens[b] key rows to read and `slots` blocks resident at
-/// once on the GPU (SMs × blocks per SM), chunk = W / slots rounded up to B_c, at least
-/// kMinChunkTiles·B_c (a split must outweigh its pipeline fill and merge), and one split when that
-/// covers the longest sequence. `groups` = blocks per sequence and split (query-head groups × row blocks).
+/// The split heuristic (README, "How many splits"): give every SM one block's equal share of the
+/// keys. With W = Σ_b groups·lens[b] key rows to read and `slots` SMs, chunk = W / slots rounded
+/// up to B_c, at least kMinChunkTiles·B_c (a split must outweigh its pipeline fill and merge), and
+/// one split when that covers the longest sequence. `groups` = blocks per sequence and split
+/// (query-head groups × row blocks). More blocks per SM than one measured slower (README's sweep).
 SplitPlan plan_splits(const DecodeShape& s, int groups, int Bc, int slots);
 constexpr int kMinChunkTiles = 4;
 /// A plan with `chunk` keys per split (rounded up to B_c); grid width = the most splits needed.
@@ -117,6 +117,7 @@ struct DecodeArrays {
     float* L;
     float* O_part;         ///< rows · plan.splits · D floats (when plan.splits > 1)
     float* L_part;         ///< rows · plan.splits floats
+    int* counters;         ///< kernel 5: rows() ints, zero before the first launch (each launch leaves them zero)
 };
 
 /// Floats of O_part (and of L_part) a plan needs.
@@ -128,7 +129,7 @@ std::size_t partial_rows(const DecodeShape& s, const SplitPlan& plan);
 SplitPlan default_plan(int variant, const DecodeShape& s, int candidate = -1);
 
 /// Runs one decoding step: O, L for the new tokens (and the partials, then the combine, when
-/// plan.splits > 1). Shape, plan and variant must be valid (invalid_reason, unsupported_reason);
+/// plan.splits > 1: a second kernel for variants 2–4, the last block of each group for 5). Shape, plan and variant must be valid (invalid_reason, unsupported_reason);
 /// otherwise it prints why and exits 2. Default stream.
 template <class T>
 void decode(int variant, const DecodeShape& s, const DecodeArrays<T>& a, const SplitPlan& plan, int candidate = -1);

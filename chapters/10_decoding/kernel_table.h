@@ -75,6 +75,8 @@ DecodeParams make_params(int variant, const DecodeShape& s, const DecodeArrays<T
     p.L = a.L;
     p.O_part = a.O_part;
     p.L_part = a.L_part;
+    p.counters = a.counters;
+    p.fused_combine = variant == kTuned;  // step 5
     p.B = s.B, p.H_q = s.H_q, p.H_kv = s.H_kv, p.q_len = s.q_len, p.N_max = s.N_max;
     p.max_pages = s.max_pages(), p.page_shift = s.page_shift();
     p.heads_per_block = heads_per_block(variant, s);

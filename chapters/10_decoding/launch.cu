@@ -3,7 +3,6 @@
 // the combine kernel after the splits.
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <string>
 #include <tuple>
 
@@ -21,17 +20,10 @@ void exit_if(const std::string& why, const char* where) {
     std::exit(2);
 }
 
-// Blocks of `e` the GPU holds at once: SMs × resident blocks per SM (occupancy calculator).
-int resident_blocks(const KernelEntry& e) {
-    static std::map<void (*)(DecodeParams), int> cache;
-    auto it = cache.find(e.kernel);
-    if (it != cache.end()) return it->second;
-    fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.smem_bytes), "chapter 10 kernel");
-    int per_sm = 0, device = 0, sms = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e.kernel, e.threads, e.smem_bytes));
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return cache[e.kernel] = sms * std::max(1, per_sm);
+// The GPU's SMs: the heuristic gives each one block's share (README, "How many splits").
+int sm_count() {
+    static const int sms = fa::device_info().sm_count;
+    return sms;
 }
 }  // namespace
 
@@ -46,8 +38,7 @@ SplitPlan default_plan(int variant, const DecodeShape& s, int candidate) {
     exit_if(unsupported_reason(variant, s, candidate), "ch10::default_plan");
     const int Bc = block_keys(variant, candidate);
     if (variant == kFa2Grid) return plan_with_chunk(s, s.max_len(), Bc);  // one block reads the whole cache
-    const KernelEntry e = kernel_entry<__half>(variant, s, candidate);
-    return plan_splits(s, groups_per_split(variant, s), Bc, resident_blocks(e));
+    return plan_splits(s, groups_per_split(variant, s), Bc, sm_count());
 }
 
 template <class T>
@@ -61,20 +52,10 @@ void decode(int variant, const DecodeShape& s, const DecodeArrays<T>& a, const S
     fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.smem_bytes), "chapter 10 kernel");
     e.kernel<<<decode_grid(p), e.threads, e.smem_bytes>>>(p);
     CUDA_CHECK_LAUNCH();
-    if (plan.splits <= 1) return;
-    // step 2: merge the splits; step 5: as a programmatic dependent launch (sm_90), so the
-    // combine's launch overlaps the end of the splits instead of following it
-    cudaLaunchConfig_t config{};
-    config.gridDim = combine_grid(p);
-    config.blockDim = dim3(128);
-    cudaLaunchAttribute overlap[1];
-    overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap[0].val.programmaticStreamSerializationAllowed = 1;
-    static const bool sm90 = fa::device_info().cc_major >= 9;
-    config.attrs = overlap;
-    config.numAttrs = variant == kTuned && sm90 ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&config, combine_entry<T>(s.D), p));
-    CUDA_CHECK_LAUNCH();
+    if (plan.splits > 1 && !p.fused_combine) {  // step 2: merge the splits (step 5 merges in the kernel)
+        combine_entry<T>(s.D)<<<combine_grid(p), 128>>>(p);
+        CUDA_CHECK_LAUNCH();
+    }
 }
 
 template <class T>

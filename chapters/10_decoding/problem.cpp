@@ -158,7 +158,8 @@ DecodeArraysOwner<T, Emulated>::DecodeArraysOwner(const DecodeProblem& p, const 
       O_(s_.q_elems()),
       L_(s_.rows()),
       lens_(make_store<Store<int>>(s_.lens)),
-      table_(make_store<Store<int>>(c.table)) {}
+      table_(make_store<Store<int>>(c.table)),
+      counters_(make_store<Store<int>>(std::vector<int>(s_.rows(), 0))) {}
 
 template <class T, bool Emulated>
 void DecodeArraysOwner<T, Emulated>::append() {
@@ -184,7 +185,7 @@ DecodeArrays<T> DecodeArraysOwner<T, Emulated>::arrays(const SplitPlan& plan) {
         L_part_ = Store<float>(partial_rows(s_, plan));
     }
     poison(O_), poison(L_), poison(O_part_), poison(L_part_);
-    return {ptr(Q_), ptr(K_), ptr(V_), ptr(table_), ptr(lens_), ptr(O_), ptr(L_), ptr(O_part_), ptr(L_part_)};
+    return {ptr(Q_), ptr(K_), ptr(V_), ptr(table_), ptr(lens_), ptr(O_), ptr(L_), ptr(O_part_), ptr(L_part_), ptr(counters_)};
 }
 
 template class DecodeArraysOwner<__half, false>;

@@ -68,7 +68,7 @@ private:
     DecodeShape s_;
     Store<T> Q_, K_, V_, K_new_, V_new_, O_;
     Store<float> L_, O_part_, L_part_;
-    Store<int> lens_, table_;
+    Store<int> lens_, table_, counters_;
 };
 
 }  // namespace ch10

@@ -5,6 +5,14 @@
 #include "../../../common/tensor_core/emulator.h"
 #include "../../../common/tensor_core/emulated_ptx.h"
 
+// The two device functions step 5's combine needs, for blocks that run one after the other.
+inline int atomicAdd(int* address, int value) {
+    const int old = *address;
+    *address += value;
+    return old;
+}
+inline void __threadfence() {}
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -30,7 +38,7 @@ void decode_emulated(int variant, const DecodeShape& s, const DecodeArrays<T>& a
     const DecodeParams p = make_params(variant, s, a, plan);
     tc::emu::launch(decode_grid(p), dim3(unsigned(e.threads)), smem_raw, std::size_t(e.smem_bytes),
                     [&] { e.kernel(p); });
-    if (plan.splits > 1) {
+    if (plan.splits > 1 && !p.fused_combine) {
         auto combine = combine_entry<T>(s.D);
         tc::emu::launch(combine_grid(p), dim3(128), smem_raw, 0, [&] { combine(p); });
     }

@@ -51,6 +51,7 @@ struct DecodeParams {
     float* L;            ///< (B, H_q, q_len): logsumexp of each row (natural log)
     float* O_part;       ///< splits > 1: (B, H_q, q_len, splits, D), each split's normalized O_s
     float* L_part;       ///< splits > 1: (B, H_q, q_len, splits), each split's L_s
+    int* counters;       ///< step 5: one per block row of the grid (B · gridDim.y), zero between launches
     int B, H_q, H_kv, q_len, N_max;
     int max_pages, page_shift;  ///< paged: table row length, log2 of the page size
     int heads_per_block;        ///< query heads one block holds: g (step 3) or 1
@@ -58,6 +59,7 @@ struct DecodeParams {
     int chunk;                  ///< keys per split (a multiple of B_c)
     int splits;                 ///< gridDim.x: the most splits any sequence has
     float scale, scale_log2;    ///< softmax scale, and times log2(e)
+    bool fused_combine;         ///< step 5: the last split of each group to finish merges them all
 };
 
 /// m of a row before its first visible key. Chapter 7 starts at −inf because its first tile holds
@@ -103,6 +105,79 @@ __device__ __forceinline__ void mask_keys(float (&S)[1][W::Bc / 8][4], int k0, i
             const int key = k0 + 8 * n + tc::frag_c_col(lane, i);
             if (key >= key_end || key >= key_limit(len, q_len, token)) S[0][n][i] = -INFINITY;
         }
+}
+
+/// The block's output for one row: chapter 2's merge of the warps' (m, l), each warp's weight
+/// e^{M_w − M} / l = state.prob(M_w) applied to its unnormalized O_w (Alg. 1 lines 12–15), written
+/// as O, L (one split) or as the split's partial O_s, L_s. The calling thread owns columns
+/// c0 + 4·(threads/16)·k of the row.
+template <class T, class Cfg>
+__device__ __forceinline__ void write_row(const DecodeParams& p, const float* Ow, const float* Mw, const float* lw,
+                                          int row, int c0, std::size_t out_row, int s, bool partial) {
+    constexpr int D = Cfg::D, kThreadsPerRow = Cfg::kThreads / kQRows, kCols = D / (4 * kThreadsPerRow);
+    ch2::OnlineState state;
+    #pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) state.merge(ch2::OnlineState{Mw[w * kQRows + row], lw[w * kQRows + row]});
+    float weight[Cfg::kWarps];
+    #pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) weight[w] = state.prob(Mw[w * kQRows + row]);
+    #pragma unroll
+    for (int k = 0; k < kCols; ++k) {
+        const int col = c0 + 4 * kThreadsPerRow * k;
+        float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        #pragma unroll
+        for (int w = 0; w < Cfg::kWarps; ++w) {
+            const float4 v = *reinterpret_cast<const float4*>(Ow + (w * kQRows + row) * D + col);
+            o[0] += weight[w] * v.x, o[1] += weight[w] * v.y, o[2] += weight[w] * v.z, o[3] += weight[w] * v.w;
+        }
+        if (partial) {
+            *reinterpret_cast<float4*>(p.O_part + (out_row * p.splits + s) * D + col) = make_float4(o[0], o[1], o[2], o[3]);
+        } else {
+            uint2 bits = make_uint2(tc::pack2<T>(o[0], o[1]), tc::pack2<T>(o[2], o[3]));
+            *reinterpret_cast<uint2*>(p.O + out_row * D + col) = bits;
+        }
+    }
+    if (c0 == 0) (partial ? p.L_part[out_row * p.splits + s] : p.L[out_row]) = state.logsumexp();
+}
+
+/// A load past L1 (ld.global.cg): partials that other blocks wrote during this kernel.
+template <class V>
+__device__ __forceinline__ V load_cg(const V* p) {
+#if defined(__CUDA_ARCH__)
+    return __ldcg(p);
+#else
+    return *p;
+#endif
+}
+
+/// Step 5: the combine of one row's n splits by the threads of the block that own it. Each folds
+/// the splits' L_s into an online state (chapter 2, Alg. 1; L = its logsumexp) and adds
+/// Σ_s state.prob(L_s)·O_s for its columns c0 + 4·kThreadsPerRow·k.
+template <class T, int D, int kThreadsPerRow>
+__device__ __forceinline__ void combine_columns(const DecodeParams& p, std::size_t row, int n, int c0) {
+    constexpr int kCols = D / (4 * kThreadsPerRow);
+    const float* Ls = p.L_part + row * p.splits;
+    const float4* Os = reinterpret_cast<const float4*>(p.O_part + row * p.splits * D);
+    ch2::OnlineState state;
+    #pragma unroll 8
+    for (int s = 0; s < n; ++s) state.push(load_cg(Ls + s));
+    float4 o[kCols];
+    #pragma unroll
+    for (int k = 0; k < kCols; ++k) o[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    #pragma unroll 4
+    for (int s = 0; s < n; ++s) {  // unrolled: several splits' loads in flight at once
+        const float w = state.prob(load_cg(Ls + s));
+        #pragma unroll
+        for (int k = 0; k < kCols; ++k) {
+            const float4 v = load_cg(Os + (std::size_t(s) * D + c0 + 4 * kThreadsPerRow * k) / 4);
+            o[k].x += w * v.x, o[k].y += w * v.y, o[k].z += w * v.z, o[k].w += w * v.w;
+        }
+    }
+    #pragma unroll
+    for (int k = 0; k < kCols; ++k)
+        *reinterpret_cast<uint2*>(p.O + row * D + c0 + 4 * kThreadsPerRow * k) =
+            make_uint2(tc::pack2<T>(o[k].x, o[k].y), tc::pack2<T>(o[k].z, o[k].w));
+    if (c0 == 0) p.L[row] = state.logsumexp();
 }
 
 #endif  // FA_TC_SM80
@@ -210,50 +285,35 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
     }
     __syncthreads();
 
-    // Chapter 2's merge of the warps' (m, l): the row's state, and each warp's weight
-    // e^{M_w − M} / l = state.prob(M_w) for its unnormalized O_w (Alg. 1 lines 12–15 after it).
-    constexpr int kThreadsPerRow = kThreads / kQRows, kCols = D / (4 * kThreadsPerRow);
+    // Thread t owns row t / (threads/16) of the block's output and writes it (write_row: chapter
+    // 2's merge of the warps' states, then Alg. 1 lines 12–15).
+    constexpr int kThreadsPerRow = kThreads / kQRows;
     const int row = int(threadIdx.x) / kThreadsPerRow, c0 = 4 * (int(threadIdx.x) % kThreadsPerRow);
-    if (r0 + row >= rows) return;  // a padding row
-    ch2::OnlineState state;
-    #pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) state.merge(ch2::OnlineState{Mw[w * kQRows + row], lw[w * kQRows + row]});
-    float weight[Cfg::kWarps];
-    #pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) weight[w] = state.prob(Mw[w * kQRows + row]);
+    const bool real_row = r0 + row < rows;  // not a padding row
     const std::size_t out_row = row0 + r0 + row;
-    const bool partial = p.splits > 1;  // step 2: a partial result for the combine
-    #pragma unroll
-    for (int k = 0; k < kCols; ++k) {
-        const int col = c0 + 4 * kThreadsPerRow * k;
-        float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        #pragma unroll
-        for (int w = 0; w < Cfg::kWarps; ++w) {
-            const float4 v = *reinterpret_cast<const float4*>(Ow + (w * kQRows + row) * D + col);
-            o[0] += weight[w] * v.x, o[1] += weight[w] * v.y, o[2] += weight[w] * v.z, o[3] += weight[w] * v.w;
-        }
-        if (partial) {
-            *reinterpret_cast<float4*>(p.O_part + (out_row * p.splits + s) * D + col) = make_float4(o[0], o[1], o[2], o[3]);
-        } else {
-            uint2 bits = make_uint2(tc::pack2<T>(o[0], o[1]), tc::pack2<T>(o[2], o[3]));
-            *reinterpret_cast<uint2*>(p.O + out_row * D + col) = bits;
-        }
+    const bool partial = p.splits > 1;      // step 2: a partial result for the combine
+    if (real_row) write_row<T, Cfg>(p, Ow, Mw, lw, row, c0, out_row, s, partial);
+    if (!(partial && p.fused_combine)) return;
+
+    // step 5: the combine inside the last block of the group to finish (no second kernel). Each
+    // block's partials are made visible device-wide before it is counted; the block that counts
+    // the group's last split reads them all, past L1 (combine_columns).
+    int* last = reinterpret_cast<int*>(Qs);  // the Q tile is no longer needed
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* counter = p.counters + std::size_t(b) * gridDim.y + blockIdx.y;
+        *last = atomicAdd(counter, 1) == splits_of(len, p.q_len, p.chunk) - 1;
+        if (*last) *counter = 0;  // ready for the next launch
+        __threadfence();
     }
-    if (c0 == 0) (partial ? p.L_part[out_row * p.splits + s] : p.L[out_row]) = state.logsumexp();
+    __syncthreads();
+    if (*last && real_row) combine_columns<T, D, kThreadsPerRow>(p, out_row, splits_of(len, p.q_len, p.chunk), c0);
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch (device_unsupported_reason)
 #endif
 }
 
-/// Step 5: waits until the grid launched before this one on the stream has finished and its writes
-/// are visible (PTX griddepcontrol.wait, sm_90). The combine is then launched as a programmatic
-/// dependent (launch.cu), so its blocks start while the last splits finish; launched the ordinary
-/// way, or before sm_90, there is nothing to wait for.
-__device__ __forceinline__ void wait_for_previous_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
 
 /// Step 2: the combine. One warp per output row (sequence b, query head, token): the row's splits'
 /// logsumexps L_s are entries of one softmax, so lane l pushes L_l, L_{l+32}, … into an online
@@ -270,7 +330,6 @@ __global__ void __launch_bounds__(128) combine_kernel(const DecodeParams p) {
     if (row >= rows) return;
     const int b = int(row / (std::size_t(p.H_q) * p.q_len));
     const int n = splits_of(p.lens[b], p.q_len, p.chunk);
-    wait_for_previous_grid();  // step 5: launched while the splits finish (launch.cu)
     const float* Ls = p.L_part + row * p.splits;
     const float* Os = p.O_part + row * p.splits * D;
 
