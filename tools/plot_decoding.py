@@ -32,7 +32,7 @@ def main():
     ap.add_argument("--torch", required=True)
     ap.add_argument("--figure")
     args = ap.parse_args()
-    ours = [r for r in read(args.ours) if r["check"] != "FAIL"]
+    ours = [r for r in read(args.ours) if r["check"] != "FAIL" and "dirty-flush" not in r["label"]]
     torch_best = {}
     for r in read(args.torch):
         k = key(r, "seq")

@@ -7,7 +7,8 @@
 For each shape (B, H_q, H_kv, q_len, D, N: every sequence holds N tokens, the q_len new ones last)
 it times F.scaled_dot_product_attention(q, k, v, enable_gqa=True) with q (B, H_q, q_len, D) and
 k, v (B, H_kv, N, D), once per backend (flash, efficient, cudnn; the math backend only checks):
-CUDA events, L2 flushed and the GPU kept busy while Python enqueues each call, median. q_len > 1 uses the bottom-right causal
+CUDA events, L2 flushed and then filled with clean unrelated lines (as ./chapter10 times), the GPU
+kept busy while Python enqueues each call, median. q_len > 1 uses the bottom-right causal
 mask (new token i sees keys 0 .. N - q_len + i), as chapter 10 does. Each backend's O is compared
 with the math backend in float32; the script times and checks only. Prints one line per
 (shape, backend) and, with --out, writes the rows as CSV; the column kv_gbps counts the bytes of K
@@ -30,16 +31,18 @@ DEFAULT_SHAPES = ([(1, 32, 8, 1, 128, n) for n in (4096, 8192, 16384, 32768, 131
                   + [(1, 32, 8, 4, 128, 32768), (64, 32, 8, 1, 128, 4096), (8, 32, 8, 1, 128, 32768)])
 
 
-def median_ms(fn, repeat, flush):
-    """Median of `repeat` event-timed calls of fn. Before each: L2 flushed, then a GPU sleep of about
-    50 us, so that Python has enqueued the call before the start event is reached (the events then
-    time the GPU work, not the host's dispatch)."""
+def median_ms(fn, repeat, flush, clean):
+    """Median of `repeat` event-timed calls of fn. Before each, as ./chapter10 does: L2 flushed
+    (a fill), another buffer read (so that the fill's dirty lines are written back untimed), then a
+    GPU sleep of about 50 us, so that Python has enqueued the call before the start event is reached
+    (the events then time the GPU work, not the host's dispatch)."""
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(2):
         fn()
     times = []
     for i in range(repeat):
         flush.fill_(i & 0xFF)
+        clean.sum(dtype=torch.int32)  # written back untimed: L2 holds clean, unrelated data
         torch.cuda._sleep(100_000)
         start.record()
         fn()
@@ -60,6 +63,7 @@ def main():
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     dev = torch.device("cuda")
     flush = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size, dtype=torch.uint8, device=dev)
+    clean = torch.zeros_like(flush)
     print(f"device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, CUDA {torch.version.cuda}")
     rows = []
     for (B, Hq, Hkv, q_len, D, N) in shapes:
@@ -77,7 +81,7 @@ def main():
             try:
                 with sdpa_kernel(backend):
                     err = (run().float() - ref).abs().max().item()
-                    ms = median_ms(run, args.repeat, flush)
+                    ms = median_ms(run, args.repeat, flush, clean)
             except RuntimeError as e:  # the backend does not take this shape
                 print(f"B={B} H_q={Hq} H_kv={Hkv} q_len={q_len} D={D} N={N} {name:9s} not supported: "
                       f"{str(e).splitlines()[0][:90]}")

@@ -36,7 +36,7 @@ struct Options {
     int kernel = ch10::kTuned, tiles = -1, splits = 0, B = 1, H_q = 32, H_kv = 8, q_len = 1, D = 128;
     int seq = 8192, page_size = 64, check_rows = 128;
     double magnitude = 1.0;
-    bool ladder = false, sweep = false, random_lens = false;
+    bool ladder = false, sweep = false, random_lens = false, dirty_flush = false;
     fa::RunArgs run;
 };
 
@@ -59,19 +59,20 @@ __global__ void __launch_bounds__(512) read_kernel(const uint4* x, std::size_t n
     if (acc == 0x9E3779B9u) *sink = acc;
 }
 
-/// GB/s of read_kernel over `bytes` (median, L2 flushed).
-double read_bandwidth(fa::GpuTimer& timer, std::size_t bytes, int repeat) {
+/// Runs read_kernel over buf.
+void read_all(const fa::DeviceBuffer<uint4>& buf, unsigned* sink) {
+    read_kernel<<<unsigned(fa::device_info().sm_count * 4), 512>>>(buf.get(), buf.size(), sink);
+    CUDA_CHECK_LAUNCH();
+}
+
+/// GB/s of read_kernel over `bytes` (median, L2 flushed, then `after_flush`).
+template <class AfterFlush>
+double read_bandwidth(fa::GpuTimer& timer, std::size_t bytes, int repeat, AfterFlush after_flush) {
     fa::require_free_memory(bytes + 64, "the read-bandwidth kernel");
     fa::DeviceBuffer<uint4> buf(bytes / sizeof(uint4));
     fa::DeviceBuffer<unsigned> sink(1);
     buf.zero();
-    const fa::DeviceInfo d = fa::device_info();
-    const fa::TimingStats t = timer.time(
-        [&] {
-            read_kernel<<<unsigned(d.sm_count * 4), 512>>>(buf.get(), buf.size(), sink.get());
-            CUDA_CHECK_LAUNCH();
-        },
-        repeat);
+    const fa::TimingStats t = timer.time([&] { read_all(buf, sink.get()); }, repeat, 2, after_flush);
     return double(bytes) / (t.median_ms * 1e-3) / 1e9;
 }
 
@@ -117,8 +118,10 @@ public:
             ch10::decode_reference_rows(p.s, p.Q.data(), p.K.data(), p.V.data(), rows_, O_ref_.data(), L_ref_.data());
         }
         if (!o.run.no_bench) {
-            read_gbps_ = read_bandwidth(timer_, std::size_t(1) << 30, o.run.repeat);
-            std::printf("read bandwidth (read-only kernel, 1 GiB): %.1f GB/s\n\n", read_gbps_);
+            clean_ = fa::DeviceBuffer<uint4>(2 * fa::device_info().l2_bytes / sizeof(uint4));
+            read_gbps_ = read_bandwidth(timer_, std::size_t(1) << 30, o.run.repeat, after_flush());
+            std::printf("read bandwidth (read-only kernel, 1 GiB): %.1f GB/s; L2 before each timed run: %s\n\n",
+                        read_gbps_, o.dirty_flush ? "dirty (the flush's writes)" : "clean (another buffer read)");
         }
     }
 
@@ -135,6 +138,7 @@ public:
         row.name = ch10::variant_name(variant) + (page_size ? " P=" + std::to_string(page_size) : "") +
                    (candidate >= 0 ? " c" + std::to_string(candidate) : "");
         if (candidate >= 0 && forced == nullptr) row.name += " heuristic";
+        if (o_.dirty_flush) row.name += " dirty-flush";
         row.plan = std::to_string(plan.splits) + " x " + std::to_string(plan.chunk);
         std::printf("kernel %s: %d split%s of %d keys, B_c = %d\n", row.name.c_str(), plan.splits,
                     plan.splits > 1 ? "s" : "", plan.chunk, Bc);
@@ -144,7 +148,8 @@ public:
         if (!o_.run.no_check) check(dev, plan, Bc, row);
         if (!o_.run.no_bench) {
             const ch10::DecodeArrays<T> a = dev.arrays(plan);
-            const fa::TimingStats t = timer_.time([&] { ch10::decode<T>(variant, s, a, plan, candidate); }, o_.run.repeat);
+            const fa::TimingStats t =
+                timer_.time([&] { ch10::decode<T>(variant, s, a, plan, candidate); }, o_.run.repeat, 2, after_flush());
             row.timed = true;
             row.us = t.median_ms * 1e3;
             row.gbps = s.kv_bytes(sizeof(T)) / (t.median_ms * 1e-3) / 1e9;
@@ -159,6 +164,16 @@ public:
 
 private:
     using Owner = ch10::DecodeArraysOwner<T, false>;
+
+    // Before each timed run, after the timer's flush (a memset, which leaves L2 full of dirty
+    // lines): a read of another buffer twice the size of L2, so that writing those lines back to
+    // memory is not timed and L2 holds clean, unrelated data, as between two decoding steps.
+    // --dirty-flush skips it (README: what the write-back costs).
+    auto after_flush() {
+        return [this] {
+            if (!o_.dirty_flush) read_all(clean_, sink_.get());
+        };
+    }
 
     // The arrays of the cache stored with `page_size`: made, appended and checked once.
     Owner& owner(int page_size) {
@@ -217,6 +232,8 @@ private:
     std::vector<std::size_t> rows_;
     std::vector<double> O_ref_, L_ref_;
     std::unique_ptr<Owner> stored_;
+    fa::DeviceBuffer<uint4> clean_;
+    fa::DeviceBuffer<unsigned> sink_{1};
     double read_gbps_ = 0;
     bool append_failed_ = false;
 };
@@ -229,16 +246,16 @@ void print_summary(const std::vector<Row>& rows, double read_gbps) {
                     r.checked ? (r.passed ? "PASS" : "FAIL") : "not checked");
 }
 
+/// The problem's shape from the command line; N_max is the longest cache.
+ch10::DecodeShape shape_of(const Options& o) {
+    ch10::DecodeShape s = ch10::make_decode_shape(o.B, o.H_q, o.H_kv, o.q_len, o.D, 1, cache_lengths(o));
+    s.N_max = std::max(1, s.max_len());
+    return s;
+}
+
 template <class T>
 int run_all(const Options& o) {
-    const ch10::DecodeShape s = ch10::make_decode_shape(o.B, o.H_q, o.H_kv, o.q_len, o.D, 1, cache_lengths(o));
-    ch10::DecodeShape shape = s;
-    shape.N_max = std::max(1, s.max_len());
-    const std::string why = ch10::invalid_reason(shape);
-    if (!why.empty()) {
-        std::fprintf(stderr, "chapter10: %s\n", why.c_str());
-        return 2;
-    }
+    const ch10::DecodeShape shape = shape_of(o);
     std::printf("problem: %s, %s, K and V: %.1f MB\n", shape.str().c_str(), fa::dtype_name<T>(),
                 shape.kv_bytes(sizeof(T)) / 1e6);
     const ch10::DecodeProblem p = ch10::make_problem<T>(shape, o.run.seed, o.magnitude);
@@ -259,7 +276,8 @@ int run_all(const Options& o) {
         for (int v : {ch10::kFa2Grid, ch10::kSplitKv, ch10::kGqa, ch10::kTuned})  // contiguous cache
             rows.push_back(runner.run(v, 0, -1));
         rows.push_back(runner.run(ch10::kPaged, o.page_size, -1));
-        for (int P : parse_list(o.page_sizes)) rows.push_back(runner.run(ch10::kTuned, P, -1));
+        for (int P : parse_list(o.page_sizes))
+            if (P > 0) rows.push_back(runner.run(ch10::kTuned, P, -1));
     } else {
         rows.push_back(runner.run(o.kernel, o.kernel == ch10::kPaged ? o.page_size : 0, o.tiles));
     }
@@ -287,15 +305,21 @@ int main(int argc, char** argv) {
     cli.option("--cache-lens", &o.cache_lens, "cache lengths, comma-separated: one per sequence (or one for all)");
     cli.flag("--random-lens", &o.random_lens, "draw each sequence's cache length in q_len..seq");
     cli.option("--page-size", &o.page_size, "tokens per page of kernel 4's paged cache", 16, 256);
-    cli.option("--page-sizes", &o.page_sizes, "--ladder: page sizes at which kernel 5 also runs on a paged cache");
+    cli.option("--page-sizes", &o.page_sizes, "--ladder: page sizes at which kernel 5 also runs on a paged cache (0: none)");
     cli.option("--splits", &o.splits, "about this many splits of the longest sequence (0: the heuristic)", 0, 4096);
     cli.option("--check-rows", &o.check_rows, "rows of O checked against the float64 reference", 1, 1 << 20);
     cli.option("--magnitude", &o.magnitude, "scale of Q (large values: large logits)", 1e-3, 1e3);
     cli.flag("--ladder", &o.ladder, "run every variant (and kernel 5 on paged caches)");
     cli.flag("--sweep", &o.sweep, "time variant 5's tile candidates at every power-of-two split count");
+    cli.flag("--dirty-flush", &o.dirty_flush, "time right after the L2 flush's writes (no clean read between)");
     cli.parse(argc, argv);
     if (o.dtype != "fp16" && o.dtype != "bf16") {
         std::fprintf(stderr, "chapter10: --dtype must be fp16 or bf16\n");
+        return 2;
+    }
+    const std::string bad = ch10::invalid_reason(shape_of(o));
+    if (!bad.empty()) {
+        std::fprintf(stderr, "chapter10: %s\n", bad.c_str());
         return 2;
     }
     fa::require_device("chapter10");
