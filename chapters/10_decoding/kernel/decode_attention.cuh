@@ -11,7 +11,8 @@
 ///   3  gqa        one block per (split, KV head, sequence) holds the g query heads of that KV head
 ///                 (g·q_len rows): each K/V byte is read once, not g times
 ///   4  paged      as 3, K/V rows found through a block table (pages of P tokens, any order)
-///   5  tuned      as 3 (or 4 on a paged cache), with the warps and pipeline depth of the sweep
+///   5  tuned      as 3 (or 4 on a paged cache), with the warps and pipeline depth of the sweep;
+///                 the last block of each group to finish merges the splits (no second kernel)
 ///
 /// Who owns what. The block's query rows are one 16-row m-tile: packed row r is token r % q_len of
 /// query head hq0 + r / q_len (step 3; steps 1–2 have one head, r = token); rows past g·q_len are
