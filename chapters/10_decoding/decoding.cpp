@@ -1,0 +1,205 @@
+// Chapter 10: the host-side rules of a decoding step: shapes and their checks, the split plans
+// (the heuristic the README measures), which kernel shape each variant has. Plain C++, tested in CI.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <tuple>
+
+#include "../../common/math.h"
+#include "decoding.h"
+#include "kernel/candidates.h"
+#include "kernel/split_plan.h"
+
+namespace ch10 {
+
+std::string variant_name(int variant) {
+    static const char* names[] = {"1-fa2-grid", "2-split-kv", "3-gqa", "4-paged", "5-tuned"};
+    if (variant < kFirstVariant || variant > kLastVariant) return "unknown";
+    return names[variant - 1];
+}
+
+int DecodeShape::page_shift() const {
+    int shift = 0;
+    while (page_size > 0 && (1 << shift) < page_size) ++shift;
+    return shift;
+}
+int DecodeShape::max_pages() const { return page_size > 0 ? fa::ceil_div(N_max, page_size) : 0; }
+std::size_t DecodeShape::cache_elems() const {
+    const std::size_t tokens = paged() ? std::size_t(pool_pages()) * page_size : std::size_t(B) * N_max;
+    return tokens * std::size_t(H_kv) * D;
+}
+int DecodeShape::max_len() const { return lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end()); }
+double DecodeShape::kv_bytes(std::size_t elem_bytes) const {
+    double tokens = 0;
+    for (int len : lens) tokens += len;
+    return 2.0 * tokens * H_kv * D * double(elem_bytes);
+}
+
+std::string DecodeShape::str() const {
+    std::string l;
+    const bool same = std::all_of(lens.begin(), lens.end(), [&](int x) { return x == lens[0]; });
+    if (same && !lens.empty()) {
+        l = std::to_string(lens[0]);
+    } else {
+        for (std::size_t b = 0; b < lens.size() && b < 6; ++b) l += (b ? "," : "") + std::to_string(lens[b]);
+        if (lens.size() > 6) l += ",...";
+    }
+    char buf[224];
+    std::snprintf(buf, sizeof buf, "B=%d H_q=%d H_kv=%d q_len=%d D=%d lens=%s %s", B, H_q, H_kv, q_len, D,
+                  l.c_str(), paged() ? ("paged P=" + std::to_string(page_size)).c_str() : "contiguous");
+    return buf;
+}
+
+DecodeShape make_decode_shape(int B, int H_q, int H_kv, int q_len, int D, int N_max, std::vector<int> lens,
+                              int page_size) {
+    DecodeShape s;
+    s.B = B, s.H_q = H_q, s.H_kv = H_kv, s.q_len = q_len, s.D = D, s.N_max = N_max, s.page_size = page_size;
+    s.scale = float(1.0 / std::sqrt(double(D)));
+    s.lens = std::move(lens);
+    return s;
+}
+
+std::string invalid_reason(const DecodeShape& s) {
+    char buf[256];
+    if (s.B < 1 || s.H_q < 1 || s.H_kv < 1 || s.N_max < 1 || s.B > 65535) {
+        std::snprintf(buf, sizeof buf, "B, H_q, H_kv and N_max must be >= 1 (and B <= 65535); got %s", s.str().c_str());
+        return buf;
+    }
+    if (s.H_q % s.H_kv != 0) {
+        std::snprintf(buf, sizeof buf, "H_q = %d is not a multiple of H_kv = %d (GQA needs H_q = g * H_kv)", s.H_q,
+                      s.H_kv);
+        return buf;
+    }
+    if (s.D != 64 && s.D != 128) {
+        std::snprintf(buf, sizeof buf, "head dim %d is not supported: the kernels are compiled for D = 64 and 128",
+                      s.D);
+        return buf;
+    }
+    if (s.q_len < 1 || s.q_len > 16) {
+        std::snprintf(buf, sizeof buf, "q_len = %d: decoding takes 1..16 new tokens per sequence", s.q_len);
+        return buf;
+    }
+    if (int(s.lens.size()) != s.B) {
+        std::snprintf(buf, sizeof buf, "%zu cache lengths given for B = %d sequences", s.lens.size(), s.B);
+        return buf;
+    }
+    for (int b = 0; b < s.B; ++b)
+        if (s.lens[b] < s.q_len || s.lens[b] > s.N_max) {
+            std::snprintf(buf, sizeof buf,
+                          "cache length %d of sequence %d is outside q_len..N_max = %d..%d (the cache holds "
+                          "the new tokens, and at most N_max)",
+                          s.lens[b], b, s.q_len, s.N_max);
+            return buf;
+        }
+    if (s.paged() && (s.page_size < 16 || s.page_size > 256 || (s.page_size & (s.page_size - 1)) != 0)) {
+        std::snprintf(buf, sizeof buf, "page size %d: pages hold a power of two of 16..256 tokens", s.page_size);
+        return buf;
+    }
+    if (double(s.N_max) * s.D >= 2147483648.0 || double(s.H_q) * s.q_len > 65535.0 * kQRows) {
+        std::snprintf(buf, sizeof buf, "N_max * D = %.0f (or H_q * q_len) is too large for the kernels' indices",
+                      double(s.N_max) * s.D);
+        return buf;
+    }
+    return "";
+}
+
+std::string invalid_table_reason(const DecodeShape& s, const std::vector<int>& table, int pool_pages) {
+    char buf[256];
+    if (table.size() != std::size_t(s.B) * s.max_pages()) {
+        std::snprintf(buf, sizeof buf, "the block table has %zu entries, not B * max_pages = %d", table.size(),
+                      s.B * s.max_pages());
+        return buf;
+    }
+    for (int b = 0; b < s.B; ++b)
+        for (int p = 0; p < fa::ceil_div(s.lens[b], s.page_size); ++p) {
+            const int page = table[std::size_t(b) * s.max_pages() + p];
+            if (page < 0 || page >= pool_pages) {
+                std::snprintf(buf, sizeof buf,
+                              "block table entry (sequence %d, page %d) = %d points outside the pool of %d pages", b,
+                              p, page, pool_pages);
+                return buf;
+            }
+        }
+    return "";
+}
+
+SplitPlan plan_with_chunk(const DecodeShape& s, int chunk, int Bc) {
+    SplitPlan plan;
+    plan.chunk = std::max(Bc, fa::ceil_div(chunk, Bc) * Bc);
+    plan.splits = 1;
+    for (int len : s.lens) plan.splits = std::max(plan.splits, splits_of(len, s.q_len, plan.chunk));
+    return plan;
+}
+
+SplitPlan plan_with_splits(const DecodeShape& s, int n, int Bc) {
+    return plan_with_chunk(s, fa::ceil_div(s.max_len() - s.q_len + 1, std::max(1, n)), Bc);
+}
+
+SplitPlan plan_splits(const DecodeShape& s, int groups, int Bc, int slots) {
+    double work = 0;  // key rows all blocks read together
+    for (int len : s.lens) work += double(groups) * len;
+    const double share = work / std::max(1, slots);
+    const int chunk = int(std::min<double>(share, s.max_len()));
+    return plan_with_chunk(s, std::max(kMinChunkTiles * Bc, chunk), Bc);
+}
+
+int heads_per_block(int variant, const DecodeShape& s) { return variant >= kGqa ? s.g() : 1; }
+
+int groups_per_split(int variant, const DecodeShape& s) {
+    const int heads = heads_per_block(variant, s);
+    return s.H_q / heads * fa::ceil_div(heads * s.q_len, kQRows);
+}
+
+namespace {
+template <class Tuple, std::size_t... I>
+std::vector<std::string> names_of(std::index_sequence<I...>) {
+    std::vector<std::string> out;
+    ((out.push_back(std::to_string(std::tuple_element_t<I, Tuple>::kWarps) + " warps (B_c = " +
+                    std::to_string(std::tuple_element_t<I, Tuple>::Bc) + "), " +
+                    std::to_string(std::tuple_element_t<I, Tuple>::kStages) + " stages")),
+     ...);
+    return out;
+}
+template <class Tuple, std::size_t... I>
+int bc_of(int c, std::index_sequence<I...>) {
+    int bc = 0;
+    ((c == int(I) ? bc = std::tuple_element_t<I, Tuple>::Bc : 0), ...);
+    return bc;
+}
+}  // namespace
+
+std::vector<std::string> tuning_candidates() {
+    return names_of<TunedCandidates<128, false>>(std::make_index_sequence<kTunedCandidateCount>{});
+}
+int tuned_candidate() { return kTunedCandidate; }
+
+int block_keys(int variant, int candidate) {
+    if (variant != kTuned) return LadderConfig<128, false>::Bc;
+    return bc_of<TunedCandidates<128, false>>(candidate < 0 ? kTunedCandidate : candidate,
+                                             std::make_index_sequence<kTunedCandidateCount>{});
+}
+
+std::string unsupported_reason(int variant, const DecodeShape& s, int candidate) {
+    char buf[192];
+    if (variant < kFirstVariant || variant > kLastVariant) {
+        std::snprintf(buf, sizeof buf, "kernel %d does not exist (chapter 10 has kernels %d..%d)", variant,
+                      kFirstVariant, kLastVariant);
+        return buf;
+    }
+    if (candidate >= 0 && (variant != kTuned || candidate >= kTunedCandidateCount)) {
+        std::snprintf(buf, sizeof buf, "tile candidate %d: only kernel 5 has candidates, 0..%d", candidate,
+                      kTunedCandidateCount - 1);
+        return buf;
+    }
+    if (variant == kPaged && !s.paged()) return "kernel 4 reads a paged cache (--page-size P)";
+    if (variant < kPaged && s.paged()) return "kernels 1-3 read a contiguous cache";
+    return invalid_reason(s);
+}
+
+std::size_t partial_rows(const DecodeShape& s, const SplitPlan& plan) {
+    return plan.splits > 1 ? s.rows() * std::size_t(plan.splits) : 0;
+}
+std::size_t partial_floats(const DecodeShape& s, const SplitPlan& plan) { return partial_rows(s, plan) * s.D; }
+
+}  // namespace ch10

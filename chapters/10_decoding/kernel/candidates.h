@@ -1,0 +1,28 @@
+/// @file candidates.h
+/// @brief Chapter 10: the kernel configurations, listed once for the GPU launcher (launch.cu) and
+/// the CPU emulator (emulator/emulated_kernels.cpp).
+#pragma once
+
+#include <tuple>
+
+#include "decode_config.h"
+
+namespace ch10 {
+
+/// Steps 1–4: four warps (B_c = 64 keys per tile), two K/V buffers: chapter 7's step-4 pipeline.
+template <int D, bool Paged>
+using LadderConfig = DecodeConfig<D, 4, 2, Paged>;
+
+/// Variant 5's candidates, DecodeConfig<D, warps, stages, paged>: more stages keep more bytes in
+/// flight per block; more warps make each tile (B_c = 16·warps keys) larger. Shared memory at
+/// D = 128: 70 KB (4 warps, 2 stages), 103 KB (3 stages), 136 KB (4 stages), 136 KB (8 warps,
+/// 2 stages): 3, 2, 1 and 1 blocks per SM on an H100.
+template <int D, bool Paged>
+using TunedCandidates = std::tuple<DecodeConfig<D, 4, 2, Paged>, DecodeConfig<D, 4, 3, Paged>,
+                                   DecodeConfig<D, 4, 4, Paged>, DecodeConfig<D, 8, 2, Paged>>;
+constexpr int kTunedCandidateCount = 4;
+
+/// Variant 5's default candidate: the fastest in `./chapter10 --sweep` (README, step 5).
+constexpr int kTunedCandidate = 1;
+
+}  // namespace ch10

@@ -1,0 +1,394 @@
+/// @file decode_attention.cuh
+/// @brief Chapter 10: attention for decoding (q_len new tokens against a long KV cache) on tensor
+/// cores, split-KV with chapter 2's merge. This is the file to edit.
+///
+/// The variants (./chapter10 --kernel K; --ladder runs them all). Every one is decode_kernel below
+/// with a DecodeConfig (decode_config.h), launched by launch.cu:
+///   1  fa2-grid   chapter 7's kernel on chapter 7's grid: one block per (sequence, query head)
+///                 reads the whole cache; B·H_q blocks, most SMs idle
+///   2  split-kv   one block per (split, query head, sequence); each writes a partial O_s (fp32,
+///                 normalized) and L_s; combine_kernel merges them with chapter 2's merge
+///   3  gqa        one block per (split, KV head, sequence) holds the g query heads of that KV head
+///                 (g·q_len rows): each K/V byte is read once, not g times
+///   4  paged      as 3, K/V rows found through a block table (pages of P tokens, any order)
+///   5  tuned      as 3 (or 4 on a paged cache), with the warps and pipeline depth of the sweep;
+///                 the last block of each group to finish merges the splits (no second kernel)
+///
+/// Who owns what. The block's query rows are one 16-row m-tile: packed row r is token r % q_len of
+/// query head hq0 + r / q_len (step 3; steps 1–2 have one head, r = token); rows past g·q_len are
+/// zero padding. Warp w takes keys 16w .. 16w + 15 of every K/V tile (B_c = 16·warps keys) and keeps
+/// its own m, l and O for all 16 rows, in chapter 7's fragments (lane 4g + t: rows g and g + 8,
+/// columns 2t, 2t + 1 of each 8-column tile). After the last tile the warps merge their (m, l, O)
+/// through shared memory with chapter 2's merge; thread t then owns row t / (threads/16) and
+/// columns 4·(t % (threads/16)) + 4·(threads/16)·k of the block's output.
+///
+/// Grid: (splits, query-head groups × row blocks, B); block: Warps warps. Block (s, y, b) reads
+/// keys split_begin(s) .. split_end(s) of its KV head (split_plan.h); a split past the sequence's
+/// last one returns at once (the grid is sized for the longest sequence).
+#pragma once
+
+#include <cstdint>
+
+#include "../../../common/math.h"
+#include "../../../common/tensor_core/ptx.cuh"
+#include "../../../common/tensor_core/tile_io.cuh"
+#include "../../02_online_softmax/online_softmax.h"
+#include "../../07_tensor_cores/kernel/online_softmax.cuh"
+#include "../../07_tensor_cores/kernel/warp_tile.cuh"
+#include "decode_config.h"
+#include "split_plan.h"
+
+namespace ch10 {
+inline namespace FA_TC_KERNELS {
+
+/// What every decoding kernel gets: device arrays, 16-bit elements as raw bits.
+struct DecodeParams {
+    const uint16_t* Q;   ///< (B, H_q, q_len, D): the new tokens' queries
+    const uint16_t* K;   ///< cache: contiguous (B, H_kv, N_max, D), or the page pool (pages, H_kv, P, D)
+    const uint16_t* V;   ///< same layout as K
+    const int* table;    ///< paged: block table (B, max_pages), pool page of each P keys
+    const int* lens;     ///< (B): cache length of each sequence, new tokens included
+    uint16_t* O;         ///< (B, H_q, q_len, D)
+    float* L;            ///< (B, H_q, q_len): logsumexp of each row (natural log)
+    float* O_part;       ///< splits > 1: (B, H_q, q_len, splits, D), each split's normalized O_s
+    float* L_part;       ///< splits > 1: (B, H_q, q_len, splits), each split's L_s
+    int* counters;       ///< step 5: one per block row of the grid (B · gridDim.y), zero between launches
+    int B, H_q, H_kv, q_len, N_max;
+    int max_pages, page_shift;  ///< paged: table row length, log2 of the page size
+    int heads_per_block;        ///< query heads one block holds: g (step 3) or 1
+    int row_blocks;             ///< ceil(heads_per_block · q_len / 16)
+    int chunk;                  ///< keys per split (a multiple of B_c)
+    int splits;                 ///< gridDim.x: the most splits any sequence has
+    float scale, scale_log2;    ///< softmax scale, and times log2(e)
+    bool fused_combine;         ///< step 5: the last split of each group to finish merges them all
+};
+
+/// m of a row before its first visible key. Chapter 7 starts at −inf because its first tile holds
+/// key 0, seen by every row; here a warp's first keys may lie past the split or after a new token,
+/// and −inf − (−inf) would be NaN. A finite floor far below any score keeps e^{x − m} = 0 for
+/// masked x and is replaced by the first real score (its e^{floor − m} = 0 rescales nothing).
+constexpr float kNoKeyYet = -1e30f;
+
+#if FA_TC_SM80
+
+/// Step 4: a K or V tile from a paged cache: rows key0 .. key0 + B_c − 1 of KV head h, each row
+/// found through the block table, stored swizzled like chapter 7's load_tile (thread x moves
+/// 16-byte chunk x % (D/8) of rows x / (D/8) + k·(threads/(D/8))); keys ≥ key_end become zeros.
+template <class Cfg>
+__device__ __forceinline__ void load_paged_tile(uint16_t* tile, const uint16_t* pool, const int* table_row,
+                                                int key0, int key_end, int page_shift, int h, int H_kv) {
+    constexpr int D = Cfg::D, kChunks = D / 8, kRowsPerPass = Cfg::kThreads / kChunks;
+    static_assert(Cfg::Bc % kRowsPerPass == 0 && kRowsPerPass % 8 == 0, "load_paged_tile: whole passes");
+    const int r = int(threadIdx.x) / kChunks, col = 8 * (int(threadIdx.x) % kChunks);
+    uint16_t* dst = tile + tc::swizzle(r, col, D);
+    #pragma unroll
+    for (int k = 0; k < Cfg::Bc / kRowsPerPass; ++k) {
+        const int key = key0 + r + k * kRowsPerPass;
+        uint16_t* d = dst + k * kRowsPerPass * D;
+        if (key < key_end)
+            tc::cp_async_16(d, pool + paged_row(table_row, key, page_shift, h, H_kv, D) + col);
+        else
+            *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+/// Sets to −inf the scores of keys at or past the split's end and of keys after a row's new token
+/// (causal among the new tokens). k0 is the warp's first key; r0 the tile's first packed row.
+template <class W>
+__device__ __forceinline__ void mask_keys(float (&S)[1][W::Bc / 8][4], int k0, int key_end, int len,
+                                          int q_len, int r0, int rows, int lane) {
+    #pragma unroll
+    for (int n = 0; n < W::Bc / 8; ++n)
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = r0 + tc::frag_c_row(lane, i);
+            const int token = r < rows ? r % q_len : q_len - 1;  // padding rows: any token will do
+            const int key = k0 + 8 * n + tc::frag_c_col(lane, i);
+            if (key >= key_end || key >= key_limit(len, q_len, token)) S[0][n][i] = -INFINITY;
+        }
+}
+
+/// The block's output for one row: chapter 2's merge of the warps' (m, l), each warp's weight
+/// e^{M_w − M} / l = state.prob(M_w) applied to its unnormalized O_w (Alg. 1 lines 12–15), written
+/// as O, L (one split) or as the split's partial O_s, L_s. The calling thread owns columns
+/// c0 + 4·(threads/16)·k of the row.
+template <class T, class Cfg>
+__device__ __forceinline__ void write_row(const DecodeParams& p, const float* Ow, const float* Mw, const float* lw,
+                                          int row, int c0, std::size_t out_row, int s, bool partial) {
+    constexpr int D = Cfg::D, kThreadsPerRow = Cfg::kThreads / kQRows, kCols = D / (4 * kThreadsPerRow);
+    ch2::OnlineState state;
+    #pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) state.merge(ch2::OnlineState{Mw[w * kQRows + row], lw[w * kQRows + row]});
+    float weight[Cfg::kWarps];
+    #pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) weight[w] = state.prob(Mw[w * kQRows + row]);
+    #pragma unroll
+    for (int k = 0; k < kCols; ++k) {
+        const int col = c0 + 4 * kThreadsPerRow * k;
+        float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        #pragma unroll
+        for (int w = 0; w < Cfg::kWarps; ++w) {
+            const float4 v = *reinterpret_cast<const float4*>(Ow + (w * kQRows + row) * D + col);
+            o[0] += weight[w] * v.x, o[1] += weight[w] * v.y, o[2] += weight[w] * v.z, o[3] += weight[w] * v.w;
+        }
+        if (partial) {
+            *reinterpret_cast<float4*>(p.O_part + (out_row * p.splits + s) * D + col) = make_float4(o[0], o[1], o[2], o[3]);
+        } else {
+            uint2 bits = make_uint2(tc::pack2<T>(o[0], o[1]), tc::pack2<T>(o[2], o[3]));
+            *reinterpret_cast<uint2*>(p.O + out_row * D + col) = bits;
+        }
+    }
+    if (c0 == 0) (partial ? p.L_part[out_row * p.splits + s] : p.L[out_row]) = state.logsumexp();
+}
+
+/// A load past L1 (ld.global.cg): partials that other blocks wrote during this kernel.
+template <class V>
+__device__ __forceinline__ V load_cg(const V* p) {
+#if defined(__CUDA_ARCH__)
+    return __ldcg(p);
+#else
+    return *p;
+#endif
+}
+
+/// Step 5: the combine of one row's n splits by the threads of the block that own it. Each folds
+/// the splits' L_s into an online state (chapter 2, Alg. 1; L = its logsumexp) and adds
+/// Σ_s state.prob(L_s)·O_s for its columns c0 + 4·kThreadsPerRow·k.
+template <class T, int D, int kThreadsPerRow>
+__device__ __forceinline__ void combine_columns(const DecodeParams& p, std::size_t row, int n, int c0) {
+    constexpr int kCols = D / (4 * kThreadsPerRow);
+    const float* Ls = p.L_part + row * p.splits;
+    const float4* Os = reinterpret_cast<const float4*>(p.O_part + row * p.splits * D);
+    ch2::OnlineState state;
+    #pragma unroll 8
+    for (int s = 0; s < n; ++s) state.push(load_cg(Ls + s));
+    float4 o[kCols];
+    #pragma unroll
+    for (int k = 0; k < kCols; ++k) o[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    #pragma unroll 4
+    for (int s = 0; s < n; ++s) {  // unrolled: several splits' loads in flight at once
+        const float w = state.prob(load_cg(Ls + s));
+        #pragma unroll
+        for (int k = 0; k < kCols; ++k) {
+            const float4 v = load_cg(Os + (std::size_t(s) * D + c0 + 4 * kThreadsPerRow * k) / 4);
+            o[k].x += w * v.x, o[k].y += w * v.y, o[k].z += w * v.z, o[k].w += w * v.w;
+        }
+    }
+    #pragma unroll
+    for (int k = 0; k < kCols; ++k)
+        *reinterpret_cast<uint2*>(p.O + row * D + c0 + 4 * kThreadsPerRow * k) =
+            make_uint2(tc::pack2<T>(o[k].x, o[k].y), tc::pack2<T>(o[k].z, o[k].w));
+    if (c0 == 0) p.L[row] = state.logsumexp();
+}
+
+#endif  // FA_TC_SM80
+
+/// Alg. 1 of FlashAttention-2 for one split of one KV head's cache and the block's 16 query rows,
+/// then the merge of the warps' states (chapter 2's merge) and the write of O, L (one split) or of
+/// the split's partial O_s, L_s.
+template <class T, class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParams p) {
+#if FA_TC_SM80
+    using W = typename Cfg::WarpTile;
+    constexpr int D = Cfg::D, Bc = Cfg::Bc, kStages = Cfg::kStages, kThreads = Cfg::kThreads;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    uint16_t* Qs = reinterpret_cast<uint16_t*>(smem_raw);
+    uint16_t* KVs = Qs + kQRows * D;  // stage s: K at KVs + s·2·B_c·D, V right after it
+    const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+
+    // step 2: this block's split of sequence b; splits past the sequence's last one do nothing
+    const int b = int(blockIdx.z), s = int(blockIdx.x), len = p.lens[b];
+    if (s >= splits_of(len, p.q_len, p.chunk)) return;
+    const int key_begin = split_begin(s, p.chunk), key_end = split_end(s, len, p.q_len, p.chunk);
+
+    // step 3: the block's query heads hq0 .. hq0 + heads_per_block − 1 share KV head h_kv
+    const int group = int(blockIdx.y) / p.row_blocks, r0 = kQRows * (int(blockIdx.y) % p.row_blocks);
+    const int hq0 = group * p.heads_per_block, h_kv = hq0 / (p.H_q / p.H_kv);
+    const int rows = p.heads_per_block * p.q_len;  // packed rows (head, token); Q rows are contiguous
+    const std::size_t row0 = (std::size_t(b) * p.H_q + hq0) * p.q_len;  // the group's first row of Q, O, L
+
+    const int Tc = fa::ceil_div(key_end - key_begin, Bc);
+    const int* table_row = p.table + std::size_t(b) * p.max_pages;
+    const uint16_t* Kh = p.K + contiguous_row(b, h_kv, 0, p.H_kv, p.N_max, D);
+    const uint16_t* Vh = p.V + contiguous_row(b, h_kv, 0, p.H_kv, p.N_max, D);
+    auto K_stage = [&](int j) { return KVs + (j % kStages) * 2 * Bc * D; };
+    auto load_kv = [&](int j) {  // Alg. 1 line 7: K_j, V_j
+        const int k0 = key_begin + j * Bc;
+        if constexpr (Cfg::kPaged) {  // step 4: through the block table
+            load_paged_tile<Cfg>(K_stage(j), p.K, table_row, k0, key_end, p.page_shift, h_kv, p.H_kv);
+            load_paged_tile<Cfg>(K_stage(j) + Bc * D, p.V, table_row, k0, key_end, p.page_shift, h_kv, p.H_kv);
+        } else {
+            tc::load_tile<Bc, D, kThreads, true, tc::Copy::kAsync>(K_stage(j), Kh, k0, key_end);
+            tc::load_tile<Bc, D, kThreads, true, tc::Copy::kAsync>(K_stage(j) + Bc * D, Vh, k0, key_end);
+        }
+    };
+    // Alg. 1 line 4: Q_i, rows r0 .. r0 + 15 of the group (zeros past `rows`). It travels in the
+    // group of K_0, V_0, and Stages − 1 tiles are in flight before the loop starts (step 5: more).
+    if (int(threadIdx.x) < Cfg::kQThreads)
+        tc::load_tile<kQRows, D, Cfg::kQThreads, true, tc::Copy::kAsync>(Qs, p.Q + row0 * D, r0, rows);
+    #pragma unroll
+    for (int j = 0; j < kStages - 1; ++j) {
+        if (j < Tc) load_kv(j);
+        tc::cp_async_commit();
+    }
+    ch7::QFrags<W> q;
+
+    // Alg. 1 line 5, for the warp's keys
+    float O[1][D / 8][4];
+    #pragma unroll
+    for (int d = 0; d < D / 8; ++d)
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) O[0][d][i] = 0.0f;
+    ch7::RowStats<W> st;
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) st.m[0][h] = kNoKeyYet, st.l[0][h] = 0.0f;
+
+    for (int j = 0; j < Tc; ++j) {
+        // Tile j has landed once at most Stages − 2 younger groups are pending; the barrier also
+        // says every warp is done with tile j − 1, whose buffer the next load overwrites.
+        tc::cp_async_wait<kStages - 2>();
+        __syncthreads();
+        if (j + kStages - 1 < Tc) load_kv(j + kStages - 1);
+        tc::cp_async_commit();  // an empty group past the end keeps the count uniform
+        if (j == 0) ch7::load_q_frags<W>(q, Qs, 0, lane);  // Q fragments stay in registers
+        const int k0 = key_begin + j * Bc + kWarpKeys * warp;  // the warp's first key
+        if (k0 >= key_end) continue;                             // the warp's keys are past the split
+        const uint16_t* Ks = K_stage(j) + kWarpKeys * warp * D;
+        const uint16_t* Vs = K_stage(j) + Bc * D + kWarpKeys * warp * D;
+
+        float S[1][W::Bc / 8][4];
+        ch7::scores<T, W>(S, Qs, q, Ks, 0, lane);                                   // line 8
+        if (k0 + kWarpKeys > key_end || k0 + kWarpKeys > key_limit(len, p.q_len, 0))  // edge keys only
+            mask_keys<W>(S, k0, key_end, len, p.q_len, r0, rows, lane);
+        ch7::online_softmax<W>(S, st, O, p.scale, p.scale_log2);                    // lines 9–10
+        uint32_t P[1][W::Bc / 16][4];
+        ch7::pack_p<T, W>(P, S);
+        ch7::accumulate_pv<T, W>(O, P, Vs, lane);                                   // line 10
+    }
+
+    // The warps' states meet in shared memory: the K/V buffers are free once every warp is past
+    // the loop and no copy is pending. Warp w writes Ow[w][row][col] (unnormalized, fp32) and its
+    // row statistics in natural-log units, M_w = m·scale and l_w.
+    tc::cp_async_wait<0>();
+    __syncthreads();
+    float* Ow = reinterpret_cast<float*>(KVs);
+    float* Mw = Ow + Cfg::kWarps * kQRows * D;
+    float* lw = Mw + Cfg::kWarps * kQRows;
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = tc::frag_c_row(lane, 2 * h);
+        const float l = fa::group_sum<4>(st.l[0][h]);  // chapter 7, step 5: l reduced over the quad once
+        if (tc::lane_in_group(lane) == 0) Mw[warp * kQRows + row] = st.m[0][h] * p.scale, lw[warp * kQRows + row] = l;
+        #pragma unroll
+        for (int d = 0; d < D / 8; ++d)
+            *reinterpret_cast<float2*>(Ow + (warp * kQRows + row) * D + 8 * d + tc::frag_c_col(lane, 2 * h)) =
+                make_float2(O[0][d][2 * h], O[0][d][2 * h + 1]);
+    }
+    __syncthreads();
+
+    // Thread t owns row t / (threads/16) of the block's output and writes it (write_row: chapter
+    // 2's merge of the warps' states, then Alg. 1 lines 12–15).
+    constexpr int kThreadsPerRow = kThreads / kQRows;
+    const int row = int(threadIdx.x) / kThreadsPerRow, c0 = 4 * (int(threadIdx.x) % kThreadsPerRow);
+    const bool real_row = r0 + row < rows;  // not a padding row
+    const std::size_t out_row = row0 + r0 + row;
+    const bool partial = p.splits > 1;      // step 2: a partial result for the combine
+    if (real_row) write_row<T, Cfg>(p, Ow, Mw, lw, row, c0, out_row, s, partial);
+    if (!(partial && p.fused_combine)) return;
+
+    // step 5: the combine inside the last block of the group to finish (no second kernel). Each
+    // block's partials are made visible device-wide before it is counted; the block that counts
+    // the group's last split reads them all, past L1 (combine_columns).
+    int* last = reinterpret_cast<int*>(Qs);  // the Q tile is no longer needed
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* counter = p.counters + std::size_t(b) * gridDim.y + blockIdx.y;
+        *last = atomicAdd(counter, 1) == splits_of(len, p.q_len, p.chunk) - 1;
+        if (*last) *counter = 0;  // ready for the next launch
+        __threadfence();
+    }
+    __syncthreads();
+    if (*last && real_row) combine_columns<T, D, kThreadsPerRow>(p, out_row, splits_of(len, p.q_len, p.chunk), c0);
+#else
+    __trap();  // compute capability < 8.0: the host refuses to launch (device_unsupported_reason)
+#endif
+}
+
+
+/// Step 2: the combine. One warp per output row (sequence b, query head, token): the row's splits'
+/// logsumexps L_s are entries of one softmax, so lane l pushes L_l, L_{l+32}, … into an online
+/// state (chapter 2, Alg. 1), the lanes' states meet with chapter 2's merge (Alg. 2) in a butterfly
+/// of xor shuffles, and then O = Σ_s e^{L_s − L} O_s = Σ_s state.prob(L_s)·O_s and L = logsumexp.
+/// Lane l owns columns (D/32)·l .. (D/32)·l + D/32 − 1 of the row.
+template <class T, int D>
+__global__ void __launch_bounds__(128) combine_kernel(const DecodeParams p) {
+#if FA_TC_SM80
+    constexpr int kPerLane = D / 32;
+    const int lane = int(threadIdx.x) % 32;
+    const std::size_t row = std::size_t(blockIdx.x) * 4 + threadIdx.x / 32;
+    const std::size_t rows = std::size_t(p.B) * p.H_q * p.q_len;
+    if (row >= rows) return;
+    const int b = int(row / (std::size_t(p.H_q) * p.q_len));
+    const int n = splits_of(p.lens[b], p.q_len, p.chunk);
+    const float* Ls = p.L_part + row * p.splits;
+    const float* Os = p.O_part + row * p.splits * D;
+
+    ch2::OnlineState state;
+    for (int s = lane; s < n; s += 32) state.push(Ls[s]);
+    #pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        ch2::OnlineState other;
+        other.m = __shfl_xor_sync(0xffffffffu, state.m, offset);
+        other.d = __shfl_xor_sync(0xffffffffu, state.d, offset);
+        state.merge(other);
+    }
+    float o[kPerLane];
+    #pragma unroll
+    for (int e = 0; e < kPerLane; ++e) o[e] = 0.0f;
+    #pragma unroll 8
+    for (int s = 0; s < n; ++s) {  // unrolled: eight splits' loads in flight at once
+        const float w = state.prob(Ls[s]);
+        #pragma unroll
+        for (int e = 0; e < kPerLane; ++e) o[e] += w * Os[std::size_t(s) * D + kPerLane * lane + e];
+    }
+    #pragma unroll
+    for (int e = 0; e < kPerLane; e += 2)
+        *reinterpret_cast<uint32_t*>(p.O + row * D + kPerLane * lane + e) = tc::pack2<T>(o[e], o[e + 1]);
+    if (lane == 0) p.L[row] = state.logsumexp();
+#else
+    __trap();
+#endif
+}
+
+/// What the append kernel gets: the new tokens' K and V and the cache to write them into.
+struct AppendParams {
+    const uint16_t* K_new;  ///< (B, H_kv, q_len, D)
+    const uint16_t* V_new;
+    uint16_t* K;            ///< cache, contiguous or paged (as DecodeParams::K)
+    uint16_t* V;
+    const int* table;       ///< paged: block table (B, max_pages); null: contiguous
+    const int* lens;        ///< (B): cache lengths after the append
+    int B, H_kv, q_len, D, N_max, max_pages, page_shift;
+};
+
+/// Appends the q_len new tokens' K and V of every (sequence, KV head) at cache positions
+/// len − q_len .. len − 1. Thread x copies 16-byte chunk x of the (B, H_kv, q_len, D) inputs.
+__global__ void __launch_bounds__(256) append_kv_kernel(const AppendParams a) {
+    const std::size_t chunk = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const std::size_t chunks_per_row = std::size_t(a.D) / 8;
+    const std::size_t row = chunk / chunks_per_row;  // (b, h, i) of the new tokens
+    if (row >= std::size_t(a.B) * a.H_kv * a.q_len) return;
+    const int col = 8 * int(chunk % chunks_per_row), i = int(row % a.q_len);
+    const int h = int(row / a.q_len % a.H_kv), b = int(row / a.q_len / a.H_kv);
+    const int key = a.lens[b] - a.q_len + i;
+    const std::size_t dst = a.table != nullptr
+                                ? paged_row(a.table + std::size_t(b) * a.max_pages, key, a.page_shift, h, a.H_kv, a.D)
+                                : contiguous_row(b, h, key, a.H_kv, a.N_max, a.D);
+    const std::size_t src = row * a.D + col;
+    *reinterpret_cast<uint4*>(a.K + dst + col) = *reinterpret_cast<const uint4*>(a.K_new + src);
+    *reinterpret_cast<uint4*>(a.V + dst + col) = *reinterpret_cast<const uint4*>(a.V_new + src);
+}
+
+}  // namespace FA_TC_KERNELS
+}  // namespace ch10

@@ -1,0 +1,118 @@
+/// @file kernel_table.h
+/// @brief Chapter 10: which compiled kernel runs (variant, head dim, paged, candidate) and the
+/// parameters it gets, shared by the GPU launcher (launch.cu) and the CPU emulator
+/// (emulator/emulated_kernels.cpp) so both run the same kernels the same way.
+#pragma once
+
+#include <cstdint>
+#include <tuple>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#include "../../common/dispatch.h"
+#include "../../common/math.h"
+#include "decoding.h"
+#include "kernel/candidates.h"
+#include "kernel/decode_attention.cuh"
+
+namespace ch10 {
+inline namespace FA_TC_KERNELS {
+
+/// One compiled decoding kernel and what its launch needs.
+struct KernelEntry {
+    void (*kernel)(DecodeParams);
+    int threads;
+    int smem_bytes;
+    int Bc;
+};
+
+template <class T, class Cfg>
+KernelEntry entry_of() {
+    return {decode_kernel<T, Cfg>, Cfg::kThreads, Cfg::kSmemBytes, Cfg::Bc};
+}
+
+template <class T, int D, bool Paged, std::size_t... I>
+KernelEntry tuned_entry(int candidate, std::index_sequence<I...>) {
+    KernelEntry e{};
+    ((candidate == int(I) ? (e = entry_of<T, std::tuple_element_t<I, TunedCandidates<D, Paged>>>(), 0) : 0), ...);
+    return e;
+}
+
+template <class T, int D, bool Paged>
+KernelEntry entry_for(int variant, int candidate) {
+    if (variant == kTuned)
+        return tuned_entry<T, D, Paged>(candidate < 0 ? kTunedCandidate : candidate,
+                                        std::make_index_sequence<kTunedCandidateCount>{});
+    return entry_of<T, LadderConfig<D, Paged>>();
+}
+
+/// The kernel for (variant, shape, candidate); arguments already checked.
+template <class T>
+KernelEntry kernel_entry(int variant, const DecodeShape& s, int candidate) {
+    return fa::with_head_dim<64, 128>(s.D, [&](auto d) {
+        constexpr int D = decltype(d)::value;
+        return s.paged() ? entry_for<T, D, true>(variant, candidate) : entry_for<T, D, false>(variant, candidate);
+    });
+}
+
+/// The combine kernel for head dim D.
+template <class T>
+auto combine_entry(int D) {
+    return fa::with_head_dim<64, 128>(D, [](auto d) { return combine_kernel<T, decltype(d)::value>; });
+}
+
+/// The kernels' parameters for (device or host) arrays.
+template <class T>
+DecodeParams make_params(int variant, const DecodeShape& s, const DecodeArrays<T>& a, const SplitPlan& plan) {
+    DecodeParams p;
+    p.Q = reinterpret_cast<const uint16_t*>(a.Q);
+    p.K = reinterpret_cast<const uint16_t*>(a.K);
+    p.V = reinterpret_cast<const uint16_t*>(a.V);
+    p.table = a.table;
+    p.lens = a.lens;
+    p.O = reinterpret_cast<uint16_t*>(a.O);
+    p.L = a.L;
+    p.O_part = a.O_part;
+    p.L_part = a.L_part;
+    p.counters = a.counters;
+    p.fused_combine = variant == kTuned;  // step 5
+    p.B = s.B, p.H_q = s.H_q, p.H_kv = s.H_kv, p.q_len = s.q_len, p.N_max = s.N_max;
+    p.max_pages = s.max_pages(), p.page_shift = s.page_shift();
+    p.heads_per_block = heads_per_block(variant, s);
+    p.row_blocks = fa::ceil_div(p.heads_per_block * s.q_len, kQRows);
+    p.chunk = plan.chunk, p.splits = plan.splits;
+    p.scale = s.scale, p.scale_log2 = s.scale * fa::kLog2e;
+    return p;
+}
+
+/// Grid of the decoding kernel: (splits, query-head groups × row blocks, B).
+inline dim3 decode_grid(const DecodeParams& p) {
+    return dim3(unsigned(p.splits), unsigned(p.H_q / p.heads_per_block * p.row_blocks), unsigned(p.B));
+}
+/// Grid of the combine kernel: one warp per row, 4 warps per block.
+inline dim3 combine_grid(const DecodeParams& p) {
+    return dim3(unsigned(fa::ceil_div(int(std::size_t(p.B) * p.H_q * p.q_len), 4)));
+}
+
+/// The append kernel's parameters and grid (256 threads, one 16-byte chunk each).
+template <class T>
+AppendParams make_append_params(const DecodeShape& s, const T* K_new, const T* V_new, T* K, T* V,
+                                const int* table, const int* lens) {
+    AppendParams a;
+    a.K_new = reinterpret_cast<const uint16_t*>(K_new);
+    a.V_new = reinterpret_cast<const uint16_t*>(V_new);
+    a.K = reinterpret_cast<uint16_t*>(K);
+    a.V = reinterpret_cast<uint16_t*>(V);
+    a.table = s.paged() ? table : nullptr;
+    a.lens = lens;
+    a.B = s.B, a.H_kv = s.H_kv, a.q_len = s.q_len, a.D = s.D, a.N_max = s.N_max;
+    a.max_pages = s.max_pages(), a.page_shift = s.page_shift();
+    return a;
+}
+inline dim3 append_grid(const DecodeShape& s) {
+    return dim3(unsigned(fa::ceil_div(int(s.new_kv_elems() / 8), 256)));
+}
+
+}  // namespace FA_TC_KERNELS
+}  // namespace ch10

@@ -1,0 +1,332 @@
+// Chapter 10 program: attention for decoding, q_len new tokens per sequence against a KV cache.
+//
+//   make chapter10 && ./chapter10                      kernel 5 (tuned), bf16, B=1 H_q=32 H_kv=8 D=128 N=8192
+//   ./chapter10 --ladder --seq 32768                   every variant, checked and timed, beside the
+//                                                      read bandwidth of this GPU (same run)
+//   ./chapter10 --sweep --seq 32768                    variant 5's candidates × split counts
+//   ./chapter10 --kernel 4 --page-size 16              the paged cache, pages of 16 tokens
+//   ./chapter10 --batch 4 --cache-lens 1,17,4097,100000 --q-len 1   mixed lengths in one batch
+//
+// Prints the device, the problem, the append check, then per kernel: its split plan, the check of
+// O and L against the float64 reference (2× rule, sampled rows) and the time, as bytes of K and V
+// read per second and as a share of the read bandwidth a read-only kernel reaches in this run.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../../common/check.h"
+#include "../../common/cli.h"
+#include "../../common/device.h"
+#include "../../common/dtype.h"
+#include "../../common/gpu_timer.h"
+#include "../../common/random.h"
+#include "decoding.h"
+#include "problem.h"
+
+namespace {
+
+/// What to run, from the command line.
+struct Options {
+    std::string dtype = "bf16", cache_lens, page_sizes = "16,64,256";
+    int kernel = ch10::kTuned, tiles = -1, splits = 0, B = 1, H_q = 32, H_kv = 8, q_len = 1, D = 128;
+    int seq = 8192, page_size = 64, check_rows = 128;
+    double magnitude = 1.0;
+    bool ladder = false, sweep = false, random_lens = false, dirty_flush = false;
+    fa::RunArgs run;
+};
+
+/// A read-only kernel: every thread streams 16-byte loads, eight independent ones in flight, and
+/// folds them with xor; the (never taken) store keeps the compiler from dropping the loads. Its
+/// rate is the most any kernel that reads HBM once can reach on this GPU.
+__global__ void __launch_bounds__(512) read_kernel(const uint4* x, std::size_t n, unsigned* sink) {
+    constexpr int kInFlight = 8;
+    const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+    std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    unsigned acc = 0;
+    for (; i + (kInFlight - 1) * stride < n; i += kInFlight * stride) {
+        uint4 v[kInFlight];
+#pragma unroll
+        for (int k = 0; k < kInFlight; ++k) v[k] = __ldcs(x + i + k * stride);
+#pragma unroll
+        for (int k = 0; k < kInFlight; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+    }
+    for (; i < n; i += stride) acc ^= x[i].x;
+    if (acc == 0x9E3779B9u) *sink = acc;
+}
+
+/// Runs read_kernel over buf.
+void read_all(const fa::DeviceBuffer<uint4>& buf, unsigned* sink) {
+    read_kernel<<<unsigned(fa::device_info().sm_count * 4), 512>>>(buf.get(), buf.size(), sink);
+    CUDA_CHECK_LAUNCH();
+}
+
+/// GB/s of read_kernel over `bytes` (median, L2 flushed, then `after_flush`).
+template <class AfterFlush>
+double read_bandwidth(fa::GpuTimer& timer, std::size_t bytes, int repeat, AfterFlush after_flush) {
+    fa::require_free_memory(bytes + 64, "the read-bandwidth kernel");
+    fa::DeviceBuffer<uint4> buf(bytes / sizeof(uint4));
+    fa::DeviceBuffer<unsigned> sink(1);
+    buf.zero();
+    const fa::TimingStats t = timer.time([&] { read_all(buf, sink.get()); }, repeat, 2, after_flush);
+    return double(bytes) / (t.median_ms * 1e-3) / 1e9;
+}
+
+std::vector<int> parse_list(const std::string& text) {
+    std::vector<int> out;
+    std::stringstream ss(text);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty()) out.push_back(std::atoi(item.c_str()));
+    return out;
+}
+
+/// The cache lengths: --cache-lens (one per sequence, or one for all), drawn in q_len..seq with
+/// --random-lens, else all equal to --seq. N_max is the longest.
+std::vector<int> cache_lengths(const Options& o) {
+    if (!o.cache_lens.empty()) {
+        std::vector<int> l = parse_list(o.cache_lens);
+        if (l.size() == 1) l.assign(std::size_t(o.B), l[0]);
+        return l;
+    }
+    std::vector<int> l(std::size_t(o.B), o.seq);
+    if (o.random_lens) {
+        fa::Rng rng(o.run.seed + 17);
+        for (int& x : l) x = o.q_len + int(rng.next() % std::uint64_t(std::max(1, o.seq - o.q_len + 1)));
+    }
+    return l;
+}
+
+/// One timed or checked kernel: a line of the summary.
+struct Row {
+    std::string name, plan;
+    double us = 0, gbps = 0;
+    bool timed = false, checked = false, passed = true;
+};
+
+template <class T>
+class Runner {
+public:
+    Runner(const Options& o, const ch10::DecodeProblem& p) : o_(o), p_(p), timer_(true) {
+        const int n = std::min<int>(o.check_rows, int(p.s.rows()));
+        for (int k = 0; k < n; ++k) rows_.push_back(std::size_t(k) * p.s.rows() / std::size_t(n));
+        if (!o.run.no_check) {
+            O_ref_.resize(rows_.size() * p.s.D), L_ref_.resize(rows_.size());
+            ch10::decode_reference_rows(p.s, p.Q.data(), p.K.data(), p.V.data(), rows_, O_ref_.data(), L_ref_.data());
+        }
+        if (!o.run.no_bench) {
+            clean_ = fa::DeviceBuffer<uint4>(2 * fa::device_info().l2_bytes / sizeof(uint4));
+            read_gbps_ = read_bandwidth(timer_, std::size_t(1) << 30, o.run.repeat, after_flush());
+            std::printf("read bandwidth (read-only kernel, 1 GiB): %.1f GB/s; L2 before each timed run: %s\n\n",
+                        read_gbps_, o.dirty_flush ? "dirty (the flush's writes)" : "clean (another buffer read)");
+        }
+    }
+
+    /// Runs `variant` on the cache stored with `page_size` (0: contiguous): append, check, time.
+    Row run(int variant, int page_size, int candidate, const ch10::SplitPlan* forced = nullptr) {
+        Owner& dev = owner(page_size);
+        const ch10::DecodeShape& s = dev.shape();
+        const int Bc = ch10::block_keys(variant, candidate);
+        const ch10::SplitPlan plan = forced != nullptr ? *forced
+                                     : o_.splits > 0 && variant != ch10::kFa2Grid
+                                         ? ch10::plan_with_splits(s, o_.splits, Bc)
+                                         : ch10::default_plan(variant, s, candidate);
+        Row row;
+        row.name = ch10::variant_name(variant) + (page_size ? " P=" + std::to_string(page_size) : "") +
+                   (candidate >= 0 ? " c" + std::to_string(candidate) : "");
+        if (candidate >= 0 && forced == nullptr) row.name += " heuristic";
+        if (o_.dirty_flush) row.name += " dirty-flush";
+        row.plan = std::to_string(plan.splits) + " x " + std::to_string(plan.chunk);
+        std::printf("kernel %s: %d split%s of %d keys, B_c = %d\n", row.name.c_str(), plan.splits,
+                    plan.splits > 1 ? "s" : "", plan.chunk, Bc);
+        auto launch = [&] { ch10::decode<T>(variant, s, dev.arrays(plan), plan, candidate); };
+        launch();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        if (!o_.run.no_check) check(dev, plan, Bc, row);
+        if (!o_.run.no_bench) {
+            const ch10::DecodeArrays<T> a = dev.arrays(plan);
+            const fa::TimingStats t =
+                timer_.time([&] { ch10::decode<T>(variant, s, a, plan, candidate); }, o_.run.repeat, 2, after_flush());
+            row.timed = true;
+            row.us = t.median_ms * 1e3;
+            row.gbps = s.kv_bytes(sizeof(T)) / (t.median_ms * 1e-3) / 1e9;
+            std::printf("  time  median %8.2f us  min %8.2f us  K,V read %7.1f GB/s  (%.1f%% of the read bandwidth)\n",
+                        row.us, t.min_ms * 1e3, row.gbps, 100.0 * row.gbps / read_gbps_);
+            if (!o_.run.csv.empty()) append_csv(row, variant, candidate, page_size, plan);
+        }
+        return row;
+    }
+
+    double read_gbps() const { return read_gbps_; }
+
+private:
+    using Owner = ch10::DecodeArraysOwner<T, false>;
+
+    // Before each timed run, after the timer's flush (a memset, which leaves L2 full of dirty
+    // lines): a read of another buffer twice the size of L2, so that writing those lines back to
+    // memory is not timed and L2 holds clean, unrelated data, as between two decoding steps.
+    // --dirty-flush skips it (README: what the write-back costs).
+    auto after_flush() {
+        return [this] {
+            if (!o_.dirty_flush) read_all(clean_, sink_.get());
+        };
+    }
+
+    // The arrays of the cache stored with `page_size`: made, appended and checked once.
+    Owner& owner(int page_size) {
+        if (stored_ != nullptr && stored_->shape().page_size == page_size) return *stored_;
+        stored_.reset();
+        const ch10::StoredCache c = ch10::stored_cache(p_, page_size, o_.run.seed + 5);
+        stored_ = std::make_unique<Owner>(p_, c);
+        stored_->append();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        std::string why = ch10::compare_cache(stored_->K_stored(), c.K);
+        if (why.empty()) why = ch10::compare_cache(stored_->V_stored(), c.V);
+        std::printf("append of the new tokens' K, V to the %s cache: %s%s\n",
+                    page_size ? ("paged (P = " + std::to_string(page_size) + ")").c_str() : "contiguous",
+                    why.empty() ? "PASS" : "FAIL: ", why.c_str());
+        append_failed_ |= !why.empty();
+        return *stored_;
+    }
+
+    void check(Owner& dev, const ch10::SplitPlan& plan, int Bc, Row& row) {
+        const std::vector<float> O = dev.O(), L = dev.L();
+        std::vector<float> Os(rows_.size() * p_.s.D), Ls(rows_.size());
+        bool finite = true;
+        for (float x : O) finite &= std::isfinite(x);
+        for (float x : L) finite &= std::isfinite(x);
+        for (std::size_t r = 0; r < rows_.size(); ++r) {
+            std::copy_n(&O[rows_[r] * p_.s.D], p_.s.D, &Os[r * p_.s.D]);
+            Ls[r] = L[rows_[r]];
+        }
+        std::vector<float> Om(Os.size()), Lm(Ls.size());
+        ch10::mirror_decode<T>(p_.s, plan, Bc, p_.Q.data(), p_.K.data(), p_.V.data(), nullptr, rows_, Om.data(), Lm.data());
+        const ch10::RuleCheck c = ch10::low_precision_rule(p_.s, rows_.size(), Os.data(), Ls.data(), O_ref_.data(),
+                                                          L_ref_.data(), Om.data(), Lm.data(), p_.max_abs_V);
+        std::printf("%s  every element of O and L finite: %s\n", c.text.c_str(), finite ? "PASS" : "FAIL");
+        row.checked = true;
+        row.passed = c.ok && finite && !append_failed_;
+    }
+
+    void append_csv(const Row& row, int variant, int candidate, int page_size, const ch10::SplitPlan& plan) {
+        std::FILE* f = std::fopen(o_.run.csv.c_str(), "a+");
+        if (f == nullptr) return;
+        std::fseek(f, 0, SEEK_END);
+        if (std::ftell(f) == 0)
+            std::fprintf(f, "variant,candidate,dtype,batch,heads_q,heads_kv,q_len,dim,max_len,kv_bytes,page_size,"
+                            "splits,chunk,median_us,kv_gbps,read_gbps,check,label\n");
+        const ch10::DecodeShape& s = p_.s;
+        std::fprintf(f, "%s,%d,%s,%d,%d,%d,%d,%d,%d,%.0f,%d,%d,%d,%.3f,%.1f,%.1f,%s,%s\n", ch10::variant_name(variant).c_str(),
+                     candidate, fa::dtype_name<T>(), s.B, s.H_q, s.H_kv, s.q_len, s.D, s.max_len(), s.kv_bytes(sizeof(T)),
+                     page_size, plan.splits, plan.chunk, row.us, row.gbps, read_gbps_,
+                     row.checked ? (row.passed ? "PASS" : "FAIL") : "skipped", row.name.c_str());
+        std::fclose(f);
+    }
+
+    const Options& o_;
+    const ch10::DecodeProblem& p_;
+    fa::GpuTimer timer_;
+    std::vector<std::size_t> rows_;
+    std::vector<double> O_ref_, L_ref_;
+    std::unique_ptr<Owner> stored_;
+    fa::DeviceBuffer<uint4> clean_;
+    fa::DeviceBuffer<unsigned> sink_{1};
+    double read_gbps_ = 0;
+    bool append_failed_ = false;
+};
+
+void print_summary(const std::vector<Row>& rows, double read_gbps) {
+    std::printf("\n%-22s %-14s %10s %10s %8s  %s\n", "kernel", "splits x keys", "us", "GB/s", "% read", "check");
+    for (const Row& r : rows)
+        std::printf("%-22s %-14s %10.2f %10.1f %7.1f%%  %s\n", r.name.c_str(), r.plan.c_str(), r.us, r.gbps,
+                    read_gbps > 0 ? 100.0 * r.gbps / read_gbps : 0.0,
+                    r.checked ? (r.passed ? "PASS" : "FAIL") : "not checked");
+}
+
+/// The problem's shape from the command line; N_max is the longest cache.
+ch10::DecodeShape shape_of(const Options& o) {
+    ch10::DecodeShape s = ch10::make_decode_shape(o.B, o.H_q, o.H_kv, o.q_len, o.D, 1, cache_lengths(o));
+    s.N_max = std::max(1, s.max_len());
+    return s;
+}
+
+template <class T>
+int run_all(const Options& o) {
+    const ch10::DecodeShape shape = shape_of(o);
+    std::printf("problem: %s, %s, K and V: %.1f MB\n", shape.str().c_str(), fa::dtype_name<T>(),
+                shape.kv_bytes(sizeof(T)) / 1e6);
+    const ch10::DecodeProblem p = ch10::make_problem<T>(shape, o.run.seed, o.magnitude);
+    Runner<T> runner(o, p);
+    std::vector<Row> rows;
+    if (o.sweep) {  // variant 5's candidates × split counts (contiguous cache)
+        for (int c = 0; c < int(ch10::tuning_candidates().size()); ++c) {
+            std::printf("candidate %d: %s\n", c, ch10::tuning_candidates()[std::size_t(c)].c_str());
+            rows.push_back(runner.run(ch10::kTuned, 0, c));  // the heuristic's plan, checked
+            const int Bc = ch10::block_keys(ch10::kTuned, c);
+            for (int n = 1; n <= 256; n *= 2) {
+                const ch10::SplitPlan plan = ch10::plan_with_splits(shape, n, Bc);
+                if (plan.splits != n && n > 1) break;  // no more distinct split counts
+                rows.push_back(runner.run(ch10::kTuned, 0, c, &plan));
+            }
+        }
+    } else if (o.ladder) {
+        for (int v : {ch10::kFa2Grid, ch10::kSplitKv, ch10::kGqa, ch10::kTuned})  // contiguous cache
+            rows.push_back(runner.run(v, 0, -1));
+        rows.push_back(runner.run(ch10::kPaged, o.page_size, -1));
+        for (int P : parse_list(o.page_sizes))
+            if (P > 0) rows.push_back(runner.run(ch10::kTuned, P, -1));
+    } else {
+        rows.push_back(runner.run(o.kernel, o.kernel == ch10::kPaged ? o.page_size : 0, o.tiles));
+    }
+    print_summary(rows, runner.read_gbps());
+    for (const Row& r : rows)
+        if (!r.passed) return 1;
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options o;
+    fa::Cli cli("chapter10", "attention for decoding: split-KV, GQA packing, a paged cache");
+    fa::add_run_options(cli, o.run);
+    cli.option("--dtype", &o.dtype, "fp16 or bf16");
+    cli.option("--kernel", &o.kernel, "variant 1..5 (kernel/decode_attention.cuh lists them)", 1, 5);
+    cli.option("--tiles", &o.tiles, "variant 5's tile candidate (-1: the default)", -1, 16);
+    cli.option("--batch", &o.B, "sequences", 1, 65535);
+    cli.option("--heads", &o.H_q, "query heads H_q", 1, 1024);
+    cli.option("--kv-heads", &o.H_kv, "KV heads H_kv (H_q = g * H_kv; 1 is MQA)", 1, 1024);
+    cli.option("--q-len", &o.q_len, "new tokens per sequence (1..16)", 1, 16);
+    cli.option("--dim", &o.D, "head dimension (64 or 128)", 1, 1024);
+    cli.option("--seq", &o.seq, "cache length of every sequence (or the most, with --random-lens)", 1, 1 << 24);
+    cli.option("--cache-lens", &o.cache_lens, "cache lengths, comma-separated: one per sequence (or one for all)");
+    cli.flag("--random-lens", &o.random_lens, "draw each sequence's cache length in q_len..seq");
+    cli.option("--page-size", &o.page_size, "tokens per page of kernel 4's paged cache", 16, 256);
+    cli.option("--page-sizes", &o.page_sizes, "--ladder: page sizes at which kernel 5 also runs on a paged cache (0: none)");
+    cli.option("--splits", &o.splits, "about this many splits of the longest sequence (0: the heuristic)", 0, 4096);
+    cli.option("--check-rows", &o.check_rows, "rows of O checked against the float64 reference", 1, 1 << 20);
+    cli.option("--magnitude", &o.magnitude, "scale of Q (large values: large logits)", 1e-3, 1e3);
+    cli.flag("--ladder", &o.ladder, "run every variant (and kernel 5 on paged caches)");
+    cli.flag("--sweep", &o.sweep, "time variant 5's tile candidates at every power-of-two split count");
+    cli.flag("--dirty-flush", &o.dirty_flush, "time right after the L2 flush's writes (no clean read between)");
+    cli.parse(argc, argv);
+    if (o.dtype != "fp16" && o.dtype != "bf16") {
+        std::fprintf(stderr, "chapter10: --dtype must be fp16 or bf16\n");
+        return 2;
+    }
+    const std::string bad = ch10::invalid_reason(shape_of(o));
+    if (!bad.empty()) {
+        std::fprintf(stderr, "chapter10: %s\n", bad.c_str());
+        return 2;
+    }
+    fa::require_device("chapter10");
+    const std::string why = ch10::device_unsupported_reason();
+    if (!why.empty()) {
+        std::fprintf(stderr, "chapter10: %s\n", why.c_str());
+        return 2;
+    }
+    return o.dtype == "fp16" ? run_all<__half>(o) : run_all<__nv_bfloat16>(o);
+}

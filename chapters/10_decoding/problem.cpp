@@ -1,0 +1,196 @@
+// Chapter 10: inputs of a decoding step, the cache before and after the append, and the arrays
+// the kernels run on (problem.h).
+#include "problem.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "../../common/parallel.h"
+#include "../../common/random.h"
+#include "kernel/split_plan.h"
+
+namespace ch10 {
+
+namespace {
+// x[i] uniform in [lo, hi) rounded to T, one generator per block of `block` elements (seeded by
+// the block's index, so the values do not depend on how the work is spread over threads).
+template <class T>
+void fill_rounded(std::vector<float>& x, std::uint64_t seed, double lo, double hi, std::size_t block) {
+    fa::parallel_for((x.size() + block - 1) / block, [&](std::size_t k) {
+        fa::Rng rng(seed * 0x9E3779B97F4A7C15ull + k);
+        for (std::size_t i = k * block; i < std::min(x.size(), (k + 1) * block); ++i)
+            x[i] = fa::to_float(fa::from_float<T>(float(rng.uniform(lo, hi))));
+    });
+}
+
+// Visits every row (b, h, key) of a logical cache with its offset.
+template <class F>
+void for_each_row(const DecodeShape& s, F f) {
+    for (int b = 0; b < s.B; ++b)
+        for (int h = 0; h < s.H_kv; ++h)
+            for (int key = 0; key < s.N_max; ++key) f(b, h, key, contiguous_row(b, h, key, s.H_kv, s.N_max, s.D));
+}
+}  // namespace
+
+template <class T>
+DecodeProblem make_problem(const DecodeShape& s, std::uint64_t seed, double magnitude) {
+    DecodeProblem p;
+    p.s = s;
+    p.s.page_size = 0;
+    p.Q.resize(s.q_elems());
+    p.K.resize(std::size_t(s.B) * s.H_kv * s.N_max * s.D);
+    p.V.resize(p.K.size());
+    const std::size_t row_block = std::size_t(s.D) * 1024;
+    fill_rounded<T>(p.Q, seed, -0.9 * magnitude, 1.1 * magnitude, row_block);
+    fill_rounded<T>(p.K, seed + 1, -0.8, 1.2, row_block);
+    fill_rounded<T>(p.V, seed + 2, -0.5, 1.5, row_block);
+    p.max_abs_V = 1.5;
+    fa::parallel_for(std::size_t(s.B) * s.H_kv, [&](std::size_t bh) {  // rows past the length: NaN
+        const int b = int(bh / s.H_kv), h = int(bh % s.H_kv);
+        const std::size_t from = contiguous_row(b, h, s.lens[b], s.H_kv, s.N_max, s.D);
+        const std::size_t to = contiguous_row(b, h, s.N_max, s.H_kv, s.N_max, s.D);
+        std::fill(p.K.begin() + from, p.K.begin() + to, NAN);
+        std::fill(p.V.begin() + from, p.V.begin() + to, NAN);
+    });
+    return p;
+}
+template DecodeProblem make_problem<__half>(const DecodeShape&, std::uint64_t, double);
+template DecodeProblem make_problem<__nv_bfloat16>(const DecodeShape&, std::uint64_t, double);
+
+std::vector<float> new_tokens(const DecodeProblem& p, const std::vector<float>& X) {
+    const DecodeShape& s = p.s;
+    std::vector<float> out(s.new_kv_elems());
+    for (int b = 0; b < s.B; ++b)
+        for (int h = 0; h < s.H_kv; ++h)
+            for (int i = 0; i < s.q_len; ++i) {
+                const std::size_t from = contiguous_row(b, h, s.lens[b] - s.q_len + i, s.H_kv, s.N_max, s.D);
+                std::memcpy(&out[((std::size_t(b) * s.H_kv + h) * s.q_len + i) * s.D], &X[from], sizeof(float) * s.D);
+            }
+    return out;
+}
+
+std::vector<float> before_append(const DecodeProblem& p, const std::vector<float>& X) {
+    std::vector<float> out = X;
+    for_each_row(p.s, [&](int b, int, int key, std::size_t at) {
+        if (key >= p.s.lens[b] - p.s.q_len && key < p.s.lens[b]) std::fill(&out[at], &out[at] + p.s.D, NAN);
+    });
+    return out;
+}
+
+std::string compare_cache(const std::vector<float>& got, const std::vector<float>& want) {
+    if (got.size() != want.size()) return "the cache has the wrong size";
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+        if (!same) {
+            char buf[160];
+            std::snprintf(buf, sizeof buf, "cache element %zu is %g, expected %g", i, double(got[i]), double(want[i]));
+            return buf;
+        }
+    }
+    return "";
+}
+
+StoredCache stored_cache(const DecodeProblem& p, int page_size, std::uint64_t seed) {
+    StoredCache c;
+    c.s = p.s;
+    c.s.page_size = page_size;
+    if (page_size == 0) {
+        c.K = p.K, c.V = p.V;
+        c.table = {0};
+    } else {
+        PagedCopy after = make_paged_copy(c.s, p.K, p.V, seed, NAN);
+        c.K = std::move(after.K), c.V = std::move(after.V);
+        c.table = std::move(after.table);
+    }
+    c.K_before = c.K, c.V_before = c.V;
+    for (int b = 0; b < c.s.B; ++b)  // the new tokens' rows are not there yet
+        for (int h = 0; h < c.s.H_kv; ++h)
+            for (int key = c.s.lens[b] - c.s.q_len; key < c.s.lens[b]; ++key) {
+                const std::size_t at = c.s.paged() ? paged_row(&c.table[std::size_t(b) * c.s.max_pages()], key,
+                                                               c.s.page_shift(), h, c.s.H_kv, c.s.D)
+                                                   : contiguous_row(b, h, key, c.s.H_kv, c.s.N_max, c.s.D);
+                std::fill(&c.K_before[at], &c.K_before[at] + c.s.D, NAN);
+                std::fill(&c.V_before[at], &c.V_before[at] + c.s.D, NAN);
+            }
+    return c;
+}
+
+// ---- DecodeArraysOwner ------------------------------------------------------------------------------
+
+namespace {
+template <class U>
+std::vector<U> to_host(const std::vector<U>& x) { return x; }
+template <class U>
+std::vector<U> to_host(const fa::DeviceBuffer<U>& x) { return x.download(); }
+template <class U>
+U* ptr(std::vector<U>& x) { return x.data(); }
+template <class U>
+U* ptr(const fa::DeviceBuffer<U>& x) { return x.get(); }
+template <class U>
+void poison(std::vector<U>& x) { std::memset(static_cast<void*>(x.data()), 0xFF, x.size() * sizeof(U)); }
+template <class U>
+void poison(fa::DeviceBuffer<U>& x) { if (x.size() > 0) x.poison(); }
+template <class Store, class U>
+Store make_store(const std::vector<U>& host) { return Store(host); }
+
+// The shape and block table must be valid before any array is made: one message, exit status 2.
+const StoredCache& checked(const StoredCache& c) {
+    std::string why = invalid_reason(c.s);
+    if (why.empty() && c.s.paged()) why = invalid_table_reason(c.s, c.table, c.s.pool_pages());
+    if (!why.empty()) {
+        std::fprintf(stderr, "ch10: %s\n", why.c_str());
+        std::exit(2);
+    }
+    return c;
+}
+}  // namespace
+
+template <class T, bool Emulated>
+DecodeArraysOwner<T, Emulated>::DecodeArraysOwner(const DecodeProblem& p, const StoredCache& c)
+    : s_(checked(c).s),
+      Q_(make_store<Store<T>>(fa::convert_from_float<T>(p.Q))),
+      K_(make_store<Store<T>>(fa::convert_from_float<T>(c.K_before))),
+      V_(make_store<Store<T>>(fa::convert_from_float<T>(c.V_before))),
+      K_new_(make_store<Store<T>>(fa::convert_from_float<T>(new_tokens(p, p.K)))),
+      V_new_(make_store<Store<T>>(fa::convert_from_float<T>(new_tokens(p, p.V)))),
+      O_(s_.q_elems()),
+      L_(s_.rows()),
+      lens_(make_store<Store<int>>(s_.lens)),
+      table_(make_store<Store<int>>(c.table)),
+      counters_(make_store<Store<int>>(std::vector<int>(s_.rows(), 0))) {}
+
+template <class T, bool Emulated>
+void DecodeArraysOwner<T, Emulated>::append() {
+    if constexpr (Emulated)
+        append_kv_emulated<T>(s_, ptr(K_new_), ptr(V_new_), ptr(K_), ptr(V_), ptr(table_), ptr(lens_));
+    else
+        append_kv<T>(s_, ptr(K_new_), ptr(V_new_), ptr(K_), ptr(V_), ptr(table_), ptr(lens_));
+}
+
+template <class T, bool Emulated>
+std::vector<float> DecodeArraysOwner<T, Emulated>::K_stored() const { return fa::convert_to_float(to_host(K_)); }
+template <class T, bool Emulated>
+std::vector<float> DecodeArraysOwner<T, Emulated>::V_stored() const { return fa::convert_to_float(to_host(V_)); }
+template <class T, bool Emulated>
+std::vector<float> DecodeArraysOwner<T, Emulated>::O() const { return fa::convert_to_float(to_host(O_)); }
+template <class T, bool Emulated>
+std::vector<float> DecodeArraysOwner<T, Emulated>::L() const { return to_host(L_); }
+
+template <class T, bool Emulated>
+DecodeArrays<T> DecodeArraysOwner<T, Emulated>::arrays(const SplitPlan& plan) {
+    if (partial_floats(s_, plan) > O_part_.size()) {
+        O_part_ = Store<float>(partial_floats(s_, plan));
+        L_part_ = Store<float>(partial_rows(s_, plan));
+    }
+    poison(O_), poison(L_), poison(O_part_), poison(L_part_);
+    return {ptr(Q_), ptr(K_), ptr(V_), ptr(table_), ptr(lens_), ptr(O_), ptr(L_), ptr(O_part_), ptr(L_part_), ptr(counters_)};
+}
+
+template class DecodeArraysOwner<__half, false>;
+template class DecodeArraysOwner<__nv_bfloat16, false>;
+template class DecodeArraysOwner<__half, true>;
+template class DecodeArraysOwner<__nv_bfloat16, true>;
+
+}  // namespace ch10

@@ -1,0 +1,74 @@
+/// @file problem.h
+/// @brief Chapter 10: the inputs of one decoding step (random, seeded), the cache before and after
+/// the append, and the arrays on the device (or, for the emulator, on the host) that the program and
+/// the tests run the kernels on.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "../../common/device.h"
+#include "../../common/dtype.h"
+#include "decoding.h"
+
+namespace ch10 {
+
+/// One decoding step's inputs, rounded to the kernels' 16-bit type, as floats.
+struct DecodeProblem {
+    DecodeShape s;           ///< contiguous (page_size 0): the logical view
+    std::vector<float> Q;    ///< (B, H_q, q_len, D)
+    std::vector<float> K, V; ///< the logical cache after the append (B, H_kv, N_max, D); rows ≥ len are NaN
+    double max_abs_V = 0;
+};
+
+/// Seeded inputs off zero mean: Q uniform in magnitude·[−0.9, 1.1), K in [−0.8, 1.2), V in [−0.5, 1.5),
+/// rounded to T; cache rows past each sequence's length are NaN (a kernel that reads them fails).
+template <class T>
+DecodeProblem make_problem(const DecodeShape& s, std::uint64_t seed, double magnitude = 1.0);
+
+/// The rows of the new tokens (B, H_kv, q_len, D) of a logical cache X.
+std::vector<float> new_tokens(const DecodeProblem& p, const std::vector<float>& X);
+/// X as stored before the append: the new tokens' rows are NaN too.
+std::vector<float> before_append(const DecodeProblem& p, const std::vector<float>& X);
+
+/// Empty when `got` (the cache as stored, floats) holds the new tokens at the right rows and
+/// nothing else moved: every element equal to `want` (NaN where want is NaN). Else the first
+/// difference.
+std::string compare_cache(const std::vector<float>& got, const std::vector<float>& want);
+
+/// The cache of problem p as the kernels read it, in layout `s` (contiguous, or paged with pages
+/// shuffled by `seed`): expected contents after the append, contents before, the block table.
+struct StoredCache {
+    DecodeShape s;
+    std::vector<float> K, V, K_before, V_before;
+    std::vector<int> table;  ///< paged only; else one unused entry
+};
+StoredCache stored_cache(const DecodeProblem& p, int page_size, std::uint64_t seed);
+
+/// Q, the cache, the outputs and the split partials of one problem, in device memory (GPU) or in
+/// host vectors (the emulator): `Emulated` picks. The cache starts as before the append; append()
+/// runs the kernel that adds the new tokens.
+template <class T, bool Emulated>
+class DecodeArraysOwner {
+public:
+    DecodeArraysOwner(const DecodeProblem& p, const StoredCache& c);
+    /// Appends the new tokens (append_kv, or its emulation); returns the cache as stored after it.
+    void append();
+    std::vector<float> K_stored() const;
+    std::vector<float> V_stored() const;
+    /// The arrays for `plan` (partials grown to fit), outputs and partials poisoned (NaN).
+    DecodeArrays<T> arrays(const SplitPlan& plan);
+    std::vector<float> O() const;
+    std::vector<float> L() const;
+    const DecodeShape& shape() const { return s_; }
+
+private:
+    template <class U>
+    using Store = std::conditional_t<Emulated, std::vector<U>, fa::DeviceBuffer<U>>;
+    DecodeShape s_;
+    Store<T> Q_, K_, V_, K_new_, V_new_, O_;
+    Store<float> L_, O_part_, L_part_;
+    Store<int> lens_, table_, counters_;
+};
+
+}  // namespace ch10

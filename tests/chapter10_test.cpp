@@ -1,0 +1,353 @@
+// Tests of chapter 10: attention for decoding.
+//
+// [cpu]: the split plan (every key in exactly one split, every split's first key seen by every new
+// token), the paged addressing through a shuffled block table, the CPU mirror of split/merge
+// against the float64 reference (mixed lengths up to 100000, splits from 1 to more than the
+// chunks, pages shuffled), the split heuristic, the bad-input messages, and every kernel variant
+// on the CPU emulator (tags [v1]..[v5]) with the append step.
+// [gpu]: every variant on the GPU against the 2× rule: lengths 1, 17, 4097 and 100000 in one batch,
+// q_len 1 and 4, g = 1, 4, 8 and MQA, D = 64 and 128, fp16 and bf16, split counts from 1 to more
+// than the chunks, pages of 16, 64 and 256 tokens in shuffled order, large logits; the append.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../chapters/10_decoding/decoding.h"
+#include "../chapters/10_decoding/kernel/split_plan.h"
+#include "../chapters/10_decoding/problem.h"
+#include "../common/attention.h"
+#include "../common/device.h"
+#include "../common/random.h"
+#include "support.h"
+
+using namespace ch10;
+
+namespace {
+
+bool have_sm80() { return fa::cuda_device_count() > 0 && device_unsupported_reason().empty(); }
+
+// How a case cuts the cache.
+enum class Cut {
+    kHeuristic,  // default_plan (on the emulator: the heuristic with one block per SM of a small GPU)
+    kOne,        // one split
+    kMany,       // chunks of one tile (B_c keys)
+    kExtra,      // one tile per split and 5 more (empty) splits in the grid than any sequence needs
+};
+
+SplitPlan plan_for(Cut cut, int variant, const DecodeShape& s, int candidate, bool emulated) {
+    const int Bc = block_keys(variant, candidate);
+    if (variant == kFa2Grid || cut == Cut::kOne) return plan_with_chunk(s, s.max_len(), Bc);
+    if (cut == Cut::kHeuristic)
+        return emulated ? plan_splits(s, groups_per_split(variant, s), Bc, 8) : default_plan(variant, s, candidate);
+    SplitPlan p = plan_with_chunk(s, Bc, Bc);
+    if (cut == Cut::kExtra) p.splits += 5;
+    return p;
+}
+
+const char* cut_name(Cut c) {
+    switch (c) {
+        case Cut::kHeuristic: return "heuristic";
+        case Cut::kOne: return "one split";
+        case Cut::kMany: return "one tile per split";
+        default: return "more splits than chunks";
+    }
+}
+
+// The rows checked against float64: every row of sequences with at most 5000 keys, and the first
+// and last 4 rows of each longer one (the references cost len·D per row).
+std::vector<std::size_t> checked_rows(const DecodeShape& s) {
+    std::vector<std::size_t> rows;
+    const std::size_t per_seq = std::size_t(s.H_q) * s.q_len;
+    for (int b = 0; b < s.B; ++b)
+        for (std::size_t r = 0; r < per_seq; ++r)
+            if (s.lens[b] <= 5000 || r < 4 || r + 4 >= per_seq) rows.push_back(b * per_seq + r);
+    return rows;
+}
+
+// The float64 reference and the CPU mirror of one problem, computed once per (problem, chunk).
+struct Expected {
+    std::vector<std::size_t> rows;
+    std::vector<double> O, L;
+    std::map<std::pair<int, int>, std::pair<std::vector<float>, std::vector<float>>> mirror;  // (chunk, B_c)
+};
+
+template <class T>
+const std::pair<std::vector<float>, std::vector<float>>& mirror_of(const DecodeProblem& p, Expected& e,
+                                                                  const SplitPlan& plan, int Bc) {
+    auto key = std::make_pair(plan.chunk, Bc);
+    auto it = e.mirror.find(key);
+    if (it == e.mirror.end()) {
+        std::vector<float> O(e.rows.size() * p.s.D), L(e.rows.size());
+        mirror_decode<T>(p.s, plan, Bc, p.Q.data(), p.K.data(), p.V.data(), nullptr, e.rows, O.data(), L.data());
+        it = e.mirror.emplace(key, std::make_pair(std::move(O), std::move(L))).first;
+    }
+    return it->second;
+}
+
+// One problem (inputs, reference) per (dtype, shape, seed, magnitude), made once for all variants.
+template <class T>
+std::pair<const DecodeProblem*, Expected*> problem_of(const DecodeShape& s, std::uint64_t seed, double magnitude) {
+    static std::map<std::string, std::pair<DecodeProblem, Expected>> cache;  // the last problem only (they are large)
+    const std::string key = std::string(fa::dtype_name<T>()) + s.str() + "/" + std::to_string(seed) + "/" +
+                            std::to_string(magnitude) + "/" + std::to_string(s.N_max);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+        cache.clear();
+        DecodeProblem p = make_problem<T>(s, seed, magnitude);
+        Expected e;
+        e.rows = checked_rows(s);
+        e.O.resize(e.rows.size() * s.D), e.L.resize(e.rows.size());
+        decode_reference_rows(p.s, p.Q.data(), p.K.data(), p.V.data(), e.rows, e.O.data(), e.L.data());
+        it = cache.emplace(key, std::make_pair(std::move(p), std::move(e))).first;
+    }
+    return {&it->second.first, &it->second.second};
+}
+
+// Runs `variant` on problem (s, seed) with the cache stored in pages of `page_size` (0:
+// contiguous), on the GPU or the emulator; checks the append and the 2× rule.
+template <class T, bool Emulated>
+void check_variant(int variant, const DecodeShape& s, int page_size, Cut cut, int candidate = -1,
+                   double magnitude = 1.0) {
+    auto [p, e] = problem_of<T>(s, 11 + std::uint64_t(s.max_len()), magnitude);
+    const StoredCache c = stored_cache(*p, page_size, 99);
+    DecodeArraysOwner<T, Emulated> arrays(*p, c);
+    arrays.append();
+    if constexpr (!Emulated) CUDA_CHECK(cudaDeviceSynchronize());
+    INFO("kernel " << variant_name(variant) << " candidate " << candidate << ", " << c.s.str() << ", "
+                   << fa::dtype_name<T>() << ", " << cut_name(cut) << ", magnitude " << magnitude);
+    if (c.K.size() <= (std::size_t(1) << 25)) {  // the append, element by element (not on the largest caches)
+        CHECK(compare_cache(arrays.K_stored(), c.K) == "");
+        CHECK(compare_cache(arrays.V_stored(), c.V) == "");
+    }
+    const SplitPlan plan = plan_for(cut, variant, c.s, candidate, Emulated);
+    const DecodeArrays<T> a = arrays.arrays(plan);
+    if constexpr (Emulated) {
+        decode_emulated<T>(variant, c.s, a, plan, candidate);
+    } else {
+        decode<T>(variant, c.s, a, plan, candidate);
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    const std::vector<float> O = arrays.O(), L = arrays.L();
+    std::size_t nonfinite = 0;
+    for (float x : O) nonfinite += !std::isfinite(x);
+    for (float x : L) nonfinite += !std::isfinite(x);
+    CHECK(nonfinite == 0);
+    std::vector<float> Os(e->rows.size() * s.D), Ls(e->rows.size());
+    for (std::size_t r = 0; r < e->rows.size(); ++r) {
+        std::copy_n(&O[e->rows[r] * s.D], s.D, &Os[r * s.D]);
+        Ls[r] = L[e->rows[r]];
+    }
+    const auto& m = mirror_of<T>(*p, *e, plan, block_keys(variant, candidate));
+    const RuleCheck rule = low_precision_rule(p->s, e->rows.size(), Os.data(), Ls.data(), e->O.data(), e->L.data(),
+                                              m.first.data(), m.second.data(), p->max_abs_V);
+    INFO("splits x keys " << plan.splits << " x " << plan.chunk << "\n" << rule.text);
+    CHECK(rule.ok);
+}
+
+// Variant v's paged-or-contiguous layout for a case asking for pages of P tokens.
+int page_size_for(int variant, int P) { return variant == kPaged || (variant == kTuned && P > 0) ? (P > 0 ? P : 64) : 0; }
+
+// The emulator's cases: small caches (the emulator runs a kernel thousands of times slower).
+template <class T>
+void emulated_cases(int variant) {
+    struct Case {
+        int B, H_q, H_kv, q_len, D;
+        std::vector<int> lens;
+        int P;
+        Cut cut;
+    };
+    const std::vector<Case> cases = {
+        {4, 4, 1, 1, 64, {1, 17, 70, 200}, 16, Cut::kMany},      // MQA, mixed lengths, pages of 16
+        {2, 8, 2, 3, 128, {3, 150}, 64, Cut::kExtra},             // g = 4, q_len 3, empty splits
+        {1, 8, 8, 2, 64, {130}, 0, Cut::kHeuristic},              // g = 1
+        {2, 8, 1, 2, 64, {40, 96}, 16, Cut::kOne},                // MQA with g·q_len = 16 rows
+    };
+    for (const Case& k : cases) {
+        DecodeShape s = make_decode_shape(k.B, k.H_q, k.H_kv, k.q_len, k.D, 1, k.lens);
+        s.N_max = s.max_len() + 5;
+        check_variant<T, true>(variant, s, page_size_for(variant, k.P), k.cut);
+    }
+}
+
+// Lengths of a batch, each at least q_len (the cache holds the new tokens).
+std::vector<int> lengths(std::vector<int> lens, int q_len) {
+    for (int& l : lens) l = std::max(l, q_len);
+    return lens;
+}
+
+// The GPU cases: lengths 1, 17, 700, 4097 in one batch with g = 1, 4, 8 and MQA, q_len 1 and 4,
+// three ways to cut the cache; then the batch with a sequence of 100000 tokens (g = 4 and MQA).
+template <class T>
+void gpu_cases(int variant, bool both_dims) {
+    const bool small = fa::test::small_shapes();
+    struct Heads {
+        int H_q, H_kv;
+    };
+    const std::vector<Heads> heads = {{2, 2}, {8, 2}, {16, 2}, {8, 1}};  // g = 1, 4, 8; MQA (H_kv = 1)
+    const std::vector<int> dims = both_dims ? std::vector<int>{128, 64} : std::vector<int>{128};
+    const std::vector<int> mixed = small ? std::vector<int>{1, 17, 300} : std::vector<int>{1, 17, 700, 4097};
+    for (int D : dims)
+        for (int q_len : {1, 4})
+            for (const Heads& h : heads) {
+                if (small && h.H_kv != 1 && h.H_q != 16) continue;
+                const std::vector<int> lens = lengths(mixed, q_len);
+                DecodeShape s = make_decode_shape(int(lens.size()), h.H_q, h.H_kv, q_len, D, 1, lens);
+                s.N_max = s.max_len() + 3;
+                const int P = h.H_q == 8 ? 16 : h.H_q == 16 ? 256 : 64;
+                for (Cut cut : {Cut::kHeuristic, Cut::kOne, Cut::kExtra}) {
+                    if ((variant == kFa2Grid || small) && cut == Cut::kOne) continue;
+                    check_variant<T, false>(variant, s, page_size_for(variant, P), cut);
+                }
+            }
+    if (small) return;
+    for (int q_len : {1, 4}) {  // g = 4 with q_len 1, MQA (g = 8) with q_len 4
+        const Heads h = q_len == 1 ? Heads{8, 2} : Heads{8, 1};
+        DecodeShape s = make_decode_shape(4, h.H_q, h.H_kv, q_len, 128, 100000, lengths({1, 17, 4097, 100000}, q_len));
+        check_variant<T, false>(variant, s, page_size_for(variant, 64), variant == kFa2Grid ? Cut::kHeuristic : Cut::kExtra);
+    }
+}
+
+}  // namespace
+
+// ---- [cpu] -------------------------------------------------------------------------------------
+
+TEST_CASE("split plan: the splits cover every key once and start where every new token sees", "[ch10][cpu]") {
+    for (int q_len : {1, 4, 16})
+        for (int len = q_len; len < 700; len += 13)
+            for (int chunk : {64, 128, 256}) {
+                const int n = splits_of(len, q_len, chunk);
+                int next = 0;
+                for (int s = 0; s < n; ++s) {
+                    INFO("len " << len << " q_len " << q_len << " chunk " << chunk << " split " << s);
+                    CHECK(split_begin(s, chunk) == next);
+                    CHECK(split_begin(s, chunk) < key_limit(len, q_len, 0));  // every token sees the first key
+                    CHECK(split_end(s, len, q_len, chunk) > split_begin(s, chunk));
+                    next = split_end(s, len, q_len, chunk);
+                }
+                CHECK(next == len);
+                CHECK(split_begin(n, chunk) > len - q_len);  // a further split would start where a token is blind
+            }
+}
+
+TEST_CASE("paged addressing: a shuffled block table finds every key of the logical cache", "[ch10][cpu]") {
+    for (int P : {16, 64, 256}) {
+        DecodeShape s = make_decode_shape(3, 4, 2, 2, 64, 600, {600, 33, 257}, P);
+        const std::vector<float> K = fa::random_uniform(std::size_t(3) * 2 * 600 * 64, 5, -1, 1);
+        const PagedCopy c = make_paged_copy(s, K, K, 7, NAN);
+        CHECK(std::set<int>(c.table.begin(), c.table.end()).size() == c.table.size());  // a permutation
+        CHECK(!std::is_sorted(c.table.begin(), c.table.end()));                       // and shuffled
+        std::size_t wrong = 0;
+        for (int b = 0; b < s.B; ++b)
+            for (int h = 0; h < s.H_kv; ++h)
+                for (int key = 0; key < s.lens[b]; ++key) {
+                    const std::size_t at = paged_row(&c.table[std::size_t(b) * s.max_pages()], key, s.page_shift(), h, s.H_kv, s.D);
+                    const std::size_t want = contiguous_row(b, h, key, s.H_kv, s.N_max, s.D);
+                    wrong += !std::equal(&c.K[at], &c.K[at] + s.D, &K[want]);
+                }
+        INFO("page size " << P);
+        CHECK(wrong == 0);
+    }
+}
+
+TEST_CASE("CPU mirror in fp32 (split/merge, paged) equals the float64 reference", "[ch10][cpu]") {
+    DecodeShape s = make_decode_shape(4, 8, 2, 3, 64, 100000, lengths({1, 17, 4097, 100000}, 3));
+    const DecodeProblem p = make_problem<__nv_bfloat16>(s, 3);
+    const std::vector<std::size_t> rows = checked_rows(s);
+    std::vector<double> O(rows.size() * s.D), L(rows.size());
+    decode_reference_rows(s, p.Q.data(), p.K.data(), p.V.data(), rows, O.data(), L.data());
+    for (int P : {0, 16, 256})
+        for (int chunk : {64, 1024, 200000}) {
+            const StoredCache c = stored_cache(p, P, 8);
+            SplitPlan plan = plan_with_chunk(c.s, chunk, 64);
+            std::vector<float> Om(O.size()), Lm(L.size());
+            mirror_decode<float>(c.s, plan, 64, p.Q.data(), c.K.data(), c.V.data(), c.table.data(), rows, Om.data(), Lm.data());
+            INFO("page size " << P << ", chunk " << chunk);
+            CHECK_ACCURATE(fa::validate("O", Om.data(), O.data(), O.size(), fa::kFp32Tolerance), 1e-5);
+            CHECK_ACCURATE(fa::validate("L", Lm.data(), L.data(), L.size(), fa::kFp32Tolerance), 1e-5);
+        }
+}
+
+TEST_CASE("split heuristic: one wave of equal shares, whole tiles, one split for small work", "[ch10][cpu]") {
+    const DecodeShape one = make_decode_shape(1, 32, 8, 1, 128, 32768, {32768});
+    const SplitPlan p = plan_splits(one, 8, 64, 264);
+    CHECK(p.chunk % 64 == 0);
+    CHECK(p.chunk >= kMinChunkTiles * 64);
+    CHECK(8 * p.splits <= 264 + 8);          // about one wave of blocks
+    CHECK(8 * p.splits >= 264 / 2);
+    const DecodeShape many = make_decode_shape(64, 32, 8, 1, 128, 4096, std::vector<int>(64, 4096));
+    CHECK(plan_splits(many, 8, 64, 264).splits == 1);  // 512 blocks already fill the GPU
+    const DecodeShape mixed = make_decode_shape(4, 32, 8, 1, 128, 100000, {1, 17, 4097, 100000});
+    const SplitPlan m = plan_splits(mixed, 8, 64, 264);
+    CHECK(splits_of(1, 1, m.chunk) == 1);
+    CHECK(m.splits == splits_of(100000, 1, m.chunk));  // the long sequence gets the splits
+    CHECK(plan_with_splits(one, 16, 64).splits == 16);
+}
+
+TEST_CASE("bad input: one clear message", "[ch10][cpu]") {
+    CHECK(invalid_reason(make_decode_shape(1, 6, 4, 1, 128, 100, {100})).find("not a multiple") != std::string::npos);
+    CHECK(invalid_reason(make_decode_shape(1, 8, 2, 1, 128, 100, {101})).find("outside") != std::string::npos);
+    CHECK(invalid_reason(make_decode_shape(1, 8, 2, 4, 128, 100, {3})).find("outside") != std::string::npos);
+    CHECK(invalid_reason(make_decode_shape(1, 8, 2, 1, 96, 100, {100})).find("head dim") != std::string::npos);
+    CHECK(invalid_reason(make_decode_shape(1, 8, 2, 1, 128, 100, {100}, 48)).find("page size") != std::string::npos);
+    CHECK(invalid_reason(make_decode_shape(2, 8, 2, 1, 128, 100, {100})).find("lengths") != std::string::npos);
+    const DecodeShape ok = make_decode_shape(2, 8, 2, 1, 64, 100, {100, 40}, 16);
+    CHECK(invalid_reason(ok).empty());
+    std::vector<int> table(std::size_t(ok.B) * ok.max_pages());
+    for (std::size_t i = 0; i < table.size(); ++i) table[i] = int(i);
+    CHECK(invalid_table_reason(ok, table, ok.pool_pages()).empty());
+    table[std::size_t(ok.max_pages()) + 2] = ok.pool_pages();  // sequence 1, page 2 (keys 32..47 < 40)
+    CHECK(invalid_table_reason(ok, table, ok.pool_pages()).find("outside the pool") != std::string::npos);
+    CHECK(unsupported_reason(kPaged, make_decode_shape(1, 8, 2, 1, 64, 100, {100})).find("paged") != std::string::npos);
+}
+
+TEST_CASE("kernel 1 on the CPU emulator (chapter 7's grid)", "[ch10][cpu][v1]") { emulated_cases<__nv_bfloat16>(kFa2Grid); }
+TEST_CASE("kernel 2 on the CPU emulator (split-KV and the combine)", "[ch10][cpu][v2]") { emulated_cases<__half>(kSplitKv); }
+TEST_CASE("kernel 3 on the CPU emulator (GQA packing)", "[ch10][cpu][v3]") { emulated_cases<__nv_bfloat16>(kGqa); }
+TEST_CASE("kernel 4 on the CPU emulator (paged cache)", "[ch10][cpu][v4]") { emulated_cases<__nv_bfloat16>(kPaged); }
+TEST_CASE("kernel 5 on the CPU emulator (every tile candidate)", "[ch10][cpu][v5]") {
+    for (int c = 0; c < int(tuning_candidates().size()); ++c) {
+        DecodeShape s = make_decode_shape(2, 8, 2, 2, 128, 300, {300, 70});
+        check_variant<__half, true>(kTuned, s, 0, Cut::kMany, c);
+        check_variant<__half, true>(kTuned, s, 32, Cut::kExtra, c);
+    }
+}
+
+// ---- [gpu] -------------------------------------------------------------------------------------
+
+TEST_CASE("kernel 1 on the GPU: mixed lengths, q_len 1 and 4, g = 1, 4, 8 and MQA", "[ch10][gpu][v1]") {
+    if (!have_sm80()) return;
+    gpu_cases<__nv_bfloat16>(kFa2Grid, false);
+}
+TEST_CASE("kernel 2 on the GPU: split counts from 1 to more than the chunks", "[ch10][gpu][v2]") {
+    if (!have_sm80()) return;
+    gpu_cases<__half>(kSplitKv, false);
+}
+TEST_CASE("kernel 3 on the GPU: GQA packing, D = 64 and 128", "[ch10][gpu][v3]") {
+    if (!have_sm80()) return;
+    gpu_cases<__nv_bfloat16>(kGqa, true);
+}
+TEST_CASE("kernel 4 on the GPU: pages of 16, 64, 256 tokens in shuffled order", "[ch10][gpu][v4]") {
+    if (!have_sm80()) return;
+    gpu_cases<__nv_bfloat16>(kPaged, true);
+}
+TEST_CASE("kernel 5 on the GPU: contiguous and paged, fp16 and bf16", "[ch10][gpu][v5]") {
+    if (!have_sm80()) return;
+    gpu_cases<__nv_bfloat16>(kTuned, true);
+    gpu_cases<__half>(kTuned, false);
+}
+TEST_CASE("kernel 5 on the GPU: every tile candidate, large logits", "[ch10][gpu][v5]") {
+    if (!have_sm80()) return;
+    DecodeShape s = make_decode_shape(3, 32, 8, 4, 128, 1, fa::test::small_shapes() ? std::vector<int>{5, 300, 129}
+                                                                                      : std::vector<int>{5, 9000, 129});
+    s.N_max = s.max_len();
+    for (int c = 0; c < int(tuning_candidates().size()); ++c)
+        for (Cut cut : {Cut::kHeuristic, Cut::kMany}) check_variant<__nv_bfloat16, false>(kTuned, s, 0, cut, c);
+    check_variant<__nv_bfloat16, false>(kTuned, s, 0, Cut::kHeuristic, -1, 8.0);
+    check_variant<__half, false>(kTuned, s, 64, Cut::kMany, -1, 8.0);
+}
