@@ -1,0 +1,253 @@
+// Tests of chapter 9: the FlashAttention forward on Hopper (wgmma, TMA, warp specialization).
+//
+// [cpu]: the 128-byte swizzle (a bijection, TMA's address rule), the wgmma descriptor fields and
+// the k-step offsets, the TMA box parameters, the step configurations, argument checks, and the
+// CPU mirror at the chapter's B_c (chapter 7's, with B_c = 128).
+// [gpu] (compute capability 9.0 only): every step on N ∈ {1, 17, 113, 1023, 4097, 16384}, causal
+// and not, D = 64 and 128, bf16 and fp16, B·H > 1, with large scores, against the 2× rule with
+// outputs poisoned; and writes past the end of O and L.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../chapters/09_hopper/chapter9.h"
+#include "../chapters/09_hopper/kernel/hopper_config.h"
+#include "../common/attention.h"
+#include "../common/attention_gpu.h"
+#include "../common/device.h"
+#include "../common/dtype.h"
+#include "../common/reference.h"
+#include "../common/tensor_core/hopper_layout.h"
+#include "support.h"
+
+using namespace tc::hopper;
+
+namespace {
+
+bool have_sm90() {
+    if (fa::cuda_device_count() == 0) return false;
+    const std::string why = ch9::device_unsupported_reason(fa::device_info());
+    if (!why.empty()) WARN(why);
+    return why.empty();
+}
+
+template <class T>
+fa::AttnProblem rounded_problem(const fa::AttnShape& s, std::uint64_t seed, double magnitude) {
+    fa::AttnProblem p = fa::make_problem(s, seed, magnitude);
+    fa::round_to<T>(p.Q);
+    fa::round_to<T>(p.K);
+    fa::round_to<T>(p.V);
+    return p;
+}
+
+// Runs `variants` on each shape (inputs made once per shape, outputs poisoned before each run)
+// and checks O and L with the 2× rule against chapter 7's CPU mirror at the kernels' B_c.
+template <class T>
+void check_rule_on(const std::vector<fa::AttnShape>& shapes, const std::vector<int>& variants, double magnitude = 1.0) {
+    for (const fa::AttnShape& s : shapes) {
+        const std::uint64_t seed = 11 + std::uint64_t(s.N);
+        const fa::AttnProblem p = rounded_problem<T>(s, seed, magnitude);
+        fa::DeviceAttention<T> d(p);
+        const ch7::MirrorErrors mirror = ch7::mirror_errors<T>(p, ch9::tiles(variants.front(), s.D).Bc);
+        for (int v : variants) {
+            d.poison_outputs();
+            ch9::forward<T>(v, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get());
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const std::vector<float> O = d.O_host(), L = d.L_host();
+            const ch7::RuleVerdict verdict = ch7::low_precision_rule(fa::check_forward(p, O.data(), L.data()), mirror);
+            INFO(fa::dtype_name<T>() << " " << s.str() << " magnitude " << magnitude << " kernel "
+                                     << ch9::variant_name(v) << "\n"
+                                     << verdict.text);
+            CHECK(verdict.ok);
+        }
+    }
+}
+
+// The chapter's grid: N ∈ {1, 17, 113, 1023, 4097, 16384} (small mode: up to 113), causal and
+// not, D = 64 and 128, B·H ∈ {2, 6}; both dtypes; then large scores (magnitude 4: scores of
+// several hundred, e^S alone overflows fp32).
+void gpu_grid(const std::vector<int>& variants) {
+    const bool small = fa::test::small_shapes();
+    const std::vector<int> Ns = small ? std::vector<int>{1, 17, 113} : std::vector<int>{1, 17, 113, 1023, 4097, 16384};
+    std::vector<fa::AttnShape> shapes;
+    for (bool causal : {false, true})
+        for (int D : {64, 128})
+            for (int N : Ns) shapes.push_back(fa::make_shape(N >= 4097 ? 1 : 2, N >= 4097 ? 2 : 3, N, D, causal));
+    check_rule_on<__nv_bfloat16>(shapes, variants);
+    check_rule_on<__half>(shapes, variants);
+    std::vector<fa::AttnShape> large;
+    for (bool causal : {false, true})
+        for (int D : {64, 128}) large.push_back(fa::make_shape(1, 2, 257, D, causal));
+    check_rule_on<__half>(large, variants, 4.0);
+    check_rule_on<__nv_bfloat16>(large, variants, 4.0);
+}
+
+// The kernel writes every element of O and L and nothing past their ends (a whole block of rows
+// of padding, poisoned).
+void bounds_variant(int variant) {
+    for (int D : {64, 128}) {
+        const fa::AttnShape s = fa::make_shape(1, 2, 17, D, true);
+        const fa::AttnProblem p = rounded_problem<__nv_bfloat16>(s, 9, 1.0);
+        fa::DeviceAttention<__nv_bfloat16> d(p);
+        const std::size_t pad = 4096;
+        fa::DeviceBuffer<__nv_bfloat16> O(s.elements() + pad);
+        fa::DeviceBuffer<float> L(s.rows() + pad);
+        O.poison(), L.poison();
+        ch9::forward<__nv_bfloat16>(variant, s, d.Q.get(), d.K.get(), d.V.get(), O.get(), L.get());
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<__nv_bfloat16> o = O.download();
+        const std::vector<float> l = L.download();
+        INFO("D " << D << " kernel " << ch9::variant_name(variant));
+        bool untouched = true, written = true;
+        for (std::size_t i = s.elements(); i < o.size(); ++i) untouched &= std::isnan(fa::to_float(o[i]));
+        for (std::size_t i = s.rows(); i < l.size(); ++i) untouched &= std::isnan(l[i]);
+        for (std::size_t i = 0; i < s.elements(); ++i) written &= std::isfinite(fa::to_float(o[i]));
+        for (std::size_t i = 0; i < s.rows(); ++i) written &= std::isfinite(l[i]);
+        CHECK(untouched);
+        CHECK(written);
+    }
+}
+
+}  // namespace
+
+// ================================ [cpu] ==========================================================
+
+TEST_CASE("128-byte swizzle: a bijection of each 8-row atom that keeps 16-byte chunks and rows whole", "[cpu][chapter9]") {
+    std::set<int> seen;
+    for (int r = 0; r < 8; ++r)
+        for (int c = 0; c < kAtomCols; ++c) {
+            const int o = sw128_offset(r, c);
+            CHECK(o / 128 == r);                      // a row stays in its 128 bytes
+            CHECK(o % 16 == (c % 8) * 2);             // a 16-byte chunk stays whole
+            CHECK(seen.insert(o).second);             // no two elements share an address
+        }
+    CHECK(seen.size() == 8 * kAtomCols);
+    CHECK(*seen.rbegin() == kAtomBytes - 2);
+}
+
+TEST_CASE("128-byte swizzle: TMA's rule (address bits 4-6 XOR bits 7-9) and conflict-free columns", "[cpu][chapter9]") {
+    for (int r = 0; r < 64; ++r)
+        for (int c = 0; c < kAtomCols; ++c) {
+            const int linear = r * 128 + c * 2;
+            const int tma = linear ^ (((linear >> 7) & 7) << 4);
+            CHECK(sw128_offset(r, c) == tma);
+        }
+    // the 16-byte chunk of one column over 8 consecutive rows lands in 8 different chunk slots
+    for (int c = 0; c < kAtomCols; c += 8) {
+        std::set<int> slots;
+        for (int r = 0; r < 8; ++r) slots.insert((sw128_offset(r, c) % 128) / 16);
+        CHECK(slots.size() == 8);
+    }
+}
+
+TEST_CASE("wgmma descriptor: every field where the PTX ISA puts it", "[cpu][chapter9]") {
+    const std::uint64_t d = make_smem_desc(0x12340u, 2048, 1024, Swizzle::k128B);
+    CHECK((d & 0x3FFF) == (0x12340u >> 4));
+    CHECK(((d >> 16) & 0x3FFF) == 2048 / 16);
+    CHECK(((d >> 32) & 0x3FFF) == 1024 / 16);
+    CHECK(((d >> 49) & 7) == 0);  // base offset: tiles 1024-byte aligned
+    CHECK((d >> 62) == 1);        // 128-byte swizzle
+    CHECK((make_smem_desc(0, 0, 0, Swizzle::k64B) >> 62) == 2);
+    CHECK((make_smem_desc(0, 0, 0, Swizzle::k32B) >> 62) == 3);
+    CHECK(make_smem_desc(0, 0, 0, Swizzle::kNone) == 0);
+    // the address field keeps bits 4..17 of a shared-memory address (228 KB fit)
+    CHECK((make_smem_desc(0x3FFF0u, 0, 0, Swizzle::kNone) & 0x3FFF) == 0x3FFF);
+    // K-major: SBO = 8 rows of 128 bytes; LBO unused (1); MN-major: LBO = one [rows][64] block
+    CHECK(((kmajor_desc(0) >> 32) & 0x3FFF) == 64);
+    CHECK(((kmajor_desc(0) >> 16) & 0x3FFF) == 1);
+    CHECK(((mnmajor_desc(0, 128) >> 16) & 0x3FFF) == 128 * 128 / 16);
+    CHECK(((mnmajor_desc(0, 128) >> 32) & 0x3FFF) == 64);
+}
+
+TEST_CASE("wgmma k-steps: K-major steps walk the 128-byte row then the next block; MN-major steps 16 rows", "[cpu][chapter9]") {
+    // k-step kk covers columns 16kk..16kk+15: their unswizzled offset in the tile's [rows][64] blocks
+    for (int rows : {64, 128})
+        for (int kk = 0; kk < 8; ++kk) {
+            const int col = 16 * kk;
+            CHECK(int(kmajor_kstep_offset(kk, rows)) == (col / 64) * rows * 128 + (col % 64) * 2);
+        }
+    for (int kk = 0; kk < 8; ++kk) CHECK(int(mnmajor_kstep_offset(kk)) == 16 * kk * 128);
+    CHECK(mnmajor_kstep_offset(1) % kAtomBytes == 0);  // 16 rows: the start stays 1024-byte aligned
+}
+
+TEST_CASE("TMA box: 3-D [B*H][N][D] map, 128-byte boxes, legal strides", "[cpu][chapter9]") {
+    const TmaBox b = tma_box(6, 1023, 128, 128);
+    CHECK(b.dims[0] == 128);
+    CHECK(b.dims[1] == 1023);
+    CHECK(b.dims[2] == 6);
+    CHECK(b.strides[0] == 256);
+    CHECK(b.strides[1] == 1023u * 256);
+    CHECK(b.box[0] * 2 == 128);  // SWIZZLE_128B needs an inner box of at most 128 bytes
+    CHECK(b.box[1] == 128);      // at most 256 rows per box
+    CHECK(b.box[2] == 1);
+    CHECK(b.strides[0] % 16 == 0);
+    CHECK(b.strides[1] % 16 == 0);
+    CHECK(b.bytes() == 128u * 128);
+}
+
+TEST_CASE("step configurations: threads, tiles, shared memory within the H100's 227 KB", "[cpu][chapter9]") {
+    using S1 = ch9::HopperConfig<1, 128, 1>;
+    using S2 = ch9::HopperConfig<2, 128, 2>;
+    using S3 = ch9::HopperConfig<3, 128, 2>;
+    STATIC_REQUIRE(S1::kThreads == 256);
+    STATIC_REQUIRE(S2::kThreads == 256);
+    STATIC_REQUIRE(S3::kThreads == 384);
+    STATIC_REQUIRE(S3::kSmemBytes <= 227 * 1024);
+    STATIC_REQUIRE(S3::kStageBytes == 2 * 2 * 128 * 128);
+    STATIC_REQUIRE(S3::kProducerRegs * 128 + S3::kConsumerRegs * 256 <= 65536);
+    STATIC_REQUIRE(S3::kProducerRegs % 8 == 0 && S3::kConsumerRegs % 8 == 0);
+    STATIC_REQUIRE((S1::Br * 128 * 2) % kAtomBytes == 0);  // each tile starts 1024-byte aligned
+    STATIC_REQUIRE((S1::Bc * 128 * 2) % kAtomBytes == 0);
+}
+
+TEST_CASE("unsupported shapes, kernels and devices get one clear reason", "[cpu][chapter9]") {
+    CHECK(ch9::unsupported_reason(1, fa::make_shape(1, 1, 17, 64, false)).empty());
+    CHECK(ch9::unsupported_reason(3, fa::make_shape(2, 3, 1, 128, true)).empty());
+    CHECK_FALSE(ch9::unsupported_reason(0, fa::make_shape(1, 1, 17, 64, false)).empty());
+    CHECK_FALSE(ch9::unsupported_reason(4, fa::make_shape(1, 1, 17, 64, false)).empty());
+    CHECK(ch9::unsupported_reason(1, fa::make_shape(1, 1, 17, 32, false)).find("head dim 32") != std::string::npos);
+    fa::DeviceInfo d;
+    d.name = "A100";
+    d.cc_major = 8, d.cc_minor = 0;
+    CHECK(ch9::device_unsupported_reason(d).find("9.0") != std::string::npos);
+    d.cc_major = 9;
+    CHECK(ch9::device_unsupported_reason(d).empty());
+    d.cc_major = 10;
+    CHECK_FALSE(ch9::device_unsupported_reason(d).empty());
+}
+
+TEST_CASE("CPU mirror at the chapter's B_c = 128, unrounded, equals the float64 reference", "[cpu][chapter9]") {
+    for (bool causal : {false, true})
+        for (int N : {1, 130, 300}) {
+            const fa::AttnShape s = fa::make_shape(1, 2, N, 64, causal);
+            const fa::AttnProblem p = fa::make_problem(s, 3, 1.0);
+            const ch7::MirrorErrors m = ch7::mirror_errors<float>(p, ch9::tiles(1, 64).Bc);
+            INFO(s.str());
+            CHECK(m.check.O.rel_l2 < 1e-5);
+            CHECK(m.check.L.max_abs < 1e-4);
+        }
+}
+
+// ================================ [gpu] ==========================================================
+
+#define CHAPTER9_VARIANT_TESTS(K)                                                                        \
+    TEST_CASE("kernel " #K " on N in {1,17,113,1023,4097,16384}, causal and not, D 64 and 128, fp16 and "  \
+              "bf16, large scores: error at most 2x the mirror's", "[gpu][chapter9][v" #K "]") {           \
+        REQUIRE(have_sm90());                                                                          \
+        gpu_grid({K});                                                                                 \
+    }                                                                                                  \
+    TEST_CASE("kernel " #K " writes all of O and L and nothing past their ends", "[gpu][chapter9][v" #K "]") { \
+        REQUIRE(have_sm90());                                                                          \
+        bounds_variant(K);                                                                             \
+    }
+
+CHAPTER9_VARIANT_TESTS(1)
+CHAPTER9_VARIANT_TESTS(2)
+CHAPTER9_VARIANT_TESTS(3)
+static_assert(ch9::kFirstVariant == 1 && ch9::kLastVariant == 3, "one CHAPTER9_VARIANT_TESTS line per variant");
