@@ -88,6 +88,15 @@ void gpu_grid(const std::vector<int>& variants) {
     check_rule_on<__nv_bfloat16>(large, variants, 4.0);
 }
 
+// A few shapes of several tiles each (the ring wraps around more than once), quick enough for
+// the exercises: any stage, phase or fence mistake shows here.
+void quick_variant(int variant) {
+    std::vector<fa::AttnShape> shapes;
+    for (bool causal : {false, true})
+        for (int D : {64, 128}) shapes.push_back(fa::make_shape(2, 2, 1000, D, causal));
+    check_rule_on<__nv_bfloat16>(shapes, {variant});
+}
+
 // The kernel writes every element of O and L and nothing past their ends (a whole block of rows
 // of padding, poisoned).
 void bounds_variant(int variant) {
@@ -161,6 +170,8 @@ TEST_CASE("wgmma descriptor: every field where the PTX ISA puts it", "[cpu][chap
     // K-major: SBO = 8 rows of 128 bytes; LBO unused (1); MN-major: LBO = one [rows][64] block
     CHECK(((kmajor_desc(0) >> 32) & 0x3FFF) == 64);
     CHECK(((kmajor_desc(0) >> 16) & 0x3FFF) == 1);
+    CHECK((kmajor_desc(0) >> 62) == 1);
+    CHECK((mnmajor_desc(0, 128) >> 62) == 1);
     CHECK(((mnmajor_desc(0, 128) >> 16) & 0x3FFF) == 128 * 128 / 16);
     CHECK(((mnmajor_desc(0, 128) >> 32) & 0x3FFF) == 64);
 }
@@ -241,6 +252,11 @@ TEST_CASE("CPU mirror at the chapter's B_c = 128, unrounded, equals the float64 
               "bf16, large scores: error at most 2x the mirror's", "[gpu][chapter9][v" #K "]") {           \
         REQUIRE(have_sm90());                                                                          \
         gpu_grid({K});                                                                                 \
+    }                                                                                                  \
+    TEST_CASE("kernel " #K " quick: several K/V tiles and query blocks, causal and not, both head dims", \
+              "[gpu][chapter9][v" #K "]") {                                                            \
+        REQUIRE(have_sm90());                                                                          \
+        quick_variant(K);                                                                              \
     }                                                                                                  \
     TEST_CASE("kernel " #K " writes all of O and L and nothing past their ends", "[gpu][chapter9][v" #K "]") { \
         REQUIRE(have_sm90());                                                                          \
