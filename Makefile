@@ -210,7 +210,7 @@ plots:
 results-table:
 	@$(PYTHON) tools/update_readme_table.py $(foreach c,$(CSV),--csv "$(c)")
 
-compare: chapter3 chapter4 chapter5 chapter7
+compare: chapter3 chapter4 chapter5 chapter7 chapter9
 	@$(PYTHON) tools/compare_pytorch.py $(COMPARE_ARGS)
 
 clean: clean-exercises

@@ -157,6 +157,7 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
         ok &= row.passed;
         rows.push_back(row);
     }
+    if (!run_args.save_npy.empty()) fa::save_forward_npy(run_args.save_npy, p, d.O_host(), d.L_host());
     double gemm = 0;
     if (o.bench && !run_args.no_bench) {
         std::printf("\n");
