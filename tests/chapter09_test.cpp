@@ -123,6 +123,72 @@ void bounds_variant(int variant) {
     }
 }
 
+// ---- the ring protocol of step 3, run on the CPU ------------------------------------------------
+// A model of the mbarrier (PTX ISA): a phase completes when its arrivals (and, for "full", the
+// bytes of the TMA) are in; waiting for parity p succeeds once the phase of parity p has completed,
+// i.e. when the number of completed phases c has c mod 2 != p. One producer and `consumers`
+// consumers run `tiles` tiles through `stages` buffers in a random interleaving; the TMA's bytes
+// land at a random later moment. Returns an empty string when every consumer read every tile from
+// a buffer holding it and the producer never overwrote a buffer some consumer had not released;
+// otherwise what went wrong.
+struct RingParities {
+    std::uint32_t (*full)(int, int);
+    std::uint32_t (*empty)(int, int);
+};
+
+std::string run_ring(int stages, int consumers, int tiles, std::uint32_t seed, RingParities parity) {
+    struct Barrier {
+        int completed = 0, arrivals = 0;
+        bool passed(std::uint32_t p) const { return std::uint32_t(completed & 1) != p; }
+    };
+    std::vector<Barrier> full(static_cast<std::size_t>(stages)), empty(static_cast<std::size_t>(stages));
+    std::vector<int> holds(static_cast<std::size_t>(stages), -1), released(static_cast<std::size_t>(tiles), 0), landing;
+    std::vector<int> next(static_cast<std::size_t>(consumers), 0);
+    int produced = 0;
+    std::uint32_t rng = seed * 2654435761u + 1;
+    auto random = [&](int n) { rng = rng * 1664525u + 1013904223u; return int((rng >> 8) % std::uint32_t(n)); };
+    for (int steps = 0; steps < 100000; ++steps) {
+        std::vector<int> moves;  // 0: producer, 1..consumers: a consumer, -1 - k: landing k
+        if (produced < tiles && (produced < stages || empty[std::size_t(ch9::ring_stage(produced, stages))].passed(
+                                                          parity.empty(produced, stages))))
+            moves.push_back(0);
+        for (int c = 0; c < consumers; ++c) {
+            const int j = next[std::size_t(c)];
+            if (j < tiles && full[std::size_t(ch9::ring_stage(j, stages))].passed(parity.full(j, stages)))
+                moves.push_back(1 + c);
+        }
+        for (std::size_t k = 0; k < landing.size(); ++k) moves.push_back(-1 - int(k));
+        if (moves.empty()) {
+            for (int c = 0; c < consumers; ++c)
+                if (next[std::size_t(c)] < tiles) return "deadlock: consumer waits for tile " + std::to_string(next[std::size_t(c)]);
+            return produced == tiles ? "" : "deadlock: the producer waits";
+        }
+        const int m = moves[std::size_t(random(int(moves.size())))];
+        if (m == 0) {  // the producer issues tile `produced` (its bytes land later)
+            const int s = ch9::ring_stage(produced, stages);
+            if (holds[std::size_t(s)] >= 0 && released[std::size_t(holds[std::size_t(s)])] < consumers)
+                return "tile " + std::to_string(produced) + " overwrites tile " + std::to_string(holds[std::size_t(s)]) +
+                       " before every consumer released it";
+            landing.push_back(produced++);
+        } else if (m > 0) {  // a consumer computes its next tile, then releases the buffer
+            const int c = m - 1, j = next[std::size_t(c)], s = ch9::ring_stage(j, stages);
+            if (holds[std::size_t(s)] != j)
+                return "consumer " + std::to_string(c) + " read tile " + std::to_string(holds[std::size_t(s)]) +
+                       " for tile " + std::to_string(j);
+            ++released[std::size_t(j)];
+            if (++empty[std::size_t(s)].arrivals == consumers) empty[std::size_t(s)].arrivals = 0, ++empty[std::size_t(s)].completed;
+            ++next[std::size_t(c)];
+        } else {  // the TMA's bytes of a tile land: its buffer holds it, the full phase completes
+            const std::size_t k = std::size_t(-1 - m);
+            const int j = landing[k], s = ch9::ring_stage(j, stages);
+            holds[std::size_t(s)] = j;
+            ++full[std::size_t(s)].completed;
+            landing.erase(landing.begin() + std::ptrdiff_t(k));
+        }
+    }
+    return "no end after 100000 steps";
+}
+
 }  // namespace
 
 // ================================ [cpu] ==========================================================
@@ -200,6 +266,28 @@ TEST_CASE("TMA box: 3-D [B*H][N][D] map, 128-byte boxes, legal strides", "[cpu][
     CHECK(b.strides[0] % 16 == 0);
     CHECK(b.strides[1] % 16 == 0);
     CHECK(b.bytes() == 128u * 128);
+}
+
+TEST_CASE("ring protocol (step 3): every interleaving tried reads each tile from its buffer, never overwrites "
+          "an unreleased one, never deadlocks; wrong parities are caught", "[cpu][chapter9]") {
+    const RingParities kernel{ch9::full_parity, ch9::empty_parity};
+    for (int stages : {2, 3})
+        for (int consumers : {1, 2})
+            for (int tiles : {1, 2, 3, 5, 9})
+                for (std::uint32_t seed = 0; seed < 200; ++seed) {
+                    const std::string what = run_ring(stages, consumers, tiles, seed, kernel);
+                    INFO("stages " << stages << " consumers " << consumers << " tiles " << tiles << " seed " << seed);
+                    REQUIRE(what.empty());
+                }
+    // The same checker fails the two mistakes of exercise-style bugs: the full parity off by one
+    // (consumers run ahead of the bytes) and the empty wait one lap early (overwrites).
+    const RingParities full_off{[](int j, int s) { return ch9::full_parity(j, s) ^ 1u; }, ch9::empty_parity};
+    const RingParities empty_early{ch9::full_parity, [](int j, int s) { return ch9::full_parity(j, s); }};
+    for (const RingParities& wrong : {full_off, empty_early}) {
+        bool caught = false;
+        for (std::uint32_t seed = 0; seed < 200 && !caught; ++seed) caught = !run_ring(2, 2, 9, seed, wrong).empty();
+        CHECK(caught);
+    }
 }
 
 TEST_CASE("step configurations: threads, tiles, shared memory within the H100's 227 KB", "[cpu][chapter9]") {

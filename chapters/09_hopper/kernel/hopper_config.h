@@ -3,9 +3,25 @@
 /// has, its tiles, its shared memory). Plain C++ so the CPU tests check the shapes.
 #pragma once
 
+#include <cstdint>
+
+#include "../../../common/host_device.h"
 #include "../../../common/tensor_core/hopper_layout.h"
 
 namespace ch9 {
+
+// ---- the ring of K/V buffers (steps 2–3), as plain functions so a CPU test can run the protocol --
+// Tile j lives in buffer j mod Stages. An mbarrier's phases alternate parity 0, 1, 0, ...; waiting
+// for parity p returns once the phase of that parity has completed (mbarrier.try_wait.parity).
+
+/// The buffer tile j is loaded into.
+FA_HOST_DEVICE constexpr int ring_stage(int j, int stages) { return j % stages; }
+/// The parity of the phase of full[ring_stage(j)] that tile j's bytes complete: it is the
+/// (j / Stages)-th use of that buffer.
+FA_HOST_DEVICE constexpr std::uint32_t full_parity(int j, int stages) { return std::uint32_t((j / stages) & 1); }
+/// Step 3: before loading tile j ≥ Stages the producer waits until the consumers have released
+/// tile j − Stages (same buffer): the phase of empty[ring_stage(j)] that release completes.
+FA_HOST_DEVICE constexpr std::uint32_t empty_parity(int j, int stages) { return full_parity(j - stages, stages); }
 
 /// One Hopper kernel. `Step` switches the features on cumulatively:
 ///   1  wgmma: S = Q·Kᵀ with both operands in shared memory (descriptors, 128-byte swizzle),

@@ -119,11 +119,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // Alg. 1 line 6, with the causal mask: no key after the block's last row is ever needed.
     const int key_end = p.causal ? tc::min_int(p.N, q0 + Br) : p.N;
     const int Tc = fa::ceil_div(key_end, Bc);
-    auto K_stage = [&](int j) { return KVs + (j % kStages) * 2 * Bc * D; };
+    auto K_stage = [&](int j) { return KVs + ring_stage(j, kStages) * 2 * Bc * D; };
     auto issue_kv = [&](int j) {  // steps 2–3, one thread: Alg. 1 line 7 by TMA
-        mbar_arrive_expect_tx(&full[j % kStages], Cfg::kStageBytes);
-        tma_tile<Bc, D>(K_stage(j), &map_k, &full[j % kStages], j * Bc, bh);
-        tma_tile<Bc, D>(K_stage(j) + Bc * D, &map_v, &full[j % kStages], j * Bc, bh);
+        uint64_t* bar = &full[ring_stage(j, kStages)];
+        mbar_arrive_expect_tx(bar, Cfg::kStageBytes);
+        tma_tile<Bc, D>(K_stage(j), &map_k, bar, j * Bc, bh);
+        tma_tile<Bc, D>(K_stage(j) + Bc * D, &map_v, bar, j * Bc, bh);
     };
 
     if constexpr (Cfg::kTma) {  // step 2: the barriers, then Q and the first tiles in flight
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     tma_tile<Br, D>(Qs, &map_q, q_full, q0, bh);
                     for (int j = 0; j < Tc; ++j) {
                         if (j >= kStages)  // the consumers are done with tile j − Stages
-                            mbar_wait(&empty[j % kStages], uint32_t((j / kStages - 1) & 1));
+                            mbar_wait(&empty[ring_stage(j, kStages)], empty_parity(j, kStages));
                         issue_kv(j);
                     }
                 }
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     for (int j = 0; j < Tc; ++j) {
         if constexpr (Cfg::kTma) {  // step 2: wait for the bytes of tile j
-            mbar_wait(&full[j % kStages], uint32_t((j / kStages) & 1));
+            mbar_wait(&full[ring_stage(j, kStages)], full_parity(j, kStages));
         } else {  // step 1: every thread loads, then the async proxy is told
             __syncthreads();  // every warpgroup is done with the previous K_j, V_j
             if (j == 0) load_tile_sw128<Br, D, Cfg::kThreads>(Qs, p.Q + head * D, q0, p.N);  // line 4
@@ -189,7 +190,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         consume_tile<T, Cfg>(O, st, q_addr, k_addr, k_addr + uint32_t(2 * Bc * D), j * Bc, wq0, p, lane);
         if constexpr (Cfg::kProducer) {  // step 3: hand the buffer back to the producer
             __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[j % kStages]);
+            if (lane == 0) mbar_arrive(&empty[ring_stage(j, kStages)]);
         } else if constexpr (Cfg::kTma) {  // step 2: once both warpgroups are done, refill it
             __syncthreads();
             if (threadIdx.x == 0 && j + kStages < Tc) issue_kv(j + kStages);
