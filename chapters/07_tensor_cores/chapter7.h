@@ -13,6 +13,7 @@
 #include "../../common/attention.h"
 #include "../../common/device.h"
 #include "../../common/dtype.h"
+#include "../../common/gpu_timer.h"
 #include "../../common/shape.h"
 #include "kernel/tile_config.h"
 
@@ -64,6 +65,11 @@ KernelResources kernel_resources(int variant, int D, int candidate = -1);
 /// variants 2–6 is such an mma, so this is the most they can reach. Needs compute capability 8.0+.
 template <class T>
 double mma_sync_tflops(int repeat);
+
+/// The dense-GEMM rate this GPU reaches (TF/s): cuBLAS cublasGemmEx, n = 8192, T in and out, fp32
+/// accumulation, timed by `timer` (median of `repeat`, L2 flushed). The "% of GEMM" column is of this.
+template <class T>
+double gemm_tflops(fa::GpuTimer& timer, int repeat);
 
 /// O = softmax(Q Kᵀ·scale) V and L = rowwise logsumexp (natural log) on the default stream, for
 /// device arrays; the shape must be supported (unsupported_reason) and the device too.

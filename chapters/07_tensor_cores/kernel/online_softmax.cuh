@@ -48,6 +48,16 @@ __device__ __forceinline__ float tile_row_max(const float (&S)[Cfg::kMTiles][Cfg
     return fa::group_max<4>(mx);
 }
 
+/// v[n] = op(v[n], v[n + W]) for n < W, then the same with W / 2, ..., 1: a tree whose every loop
+/// has a constant trip count, so it unrolls and v stays in registers (a loop `for (w = NT/2; w > 0;
+/// w /= 2)` was left rolled by nvcc at B_c = 128, putting v in local memory).
+template <int W, int NT, class Op>
+__device__ __forceinline__ void fold_halves(float (&v)[NT], Op op) {
+    #pragma unroll
+    for (int n = 0; n < W; ++n) v[n] = op(v[n], v[n + W]);
+    if constexpr (W > 1) fold_halves<W / 2>(v, op);
+}
+
 /// op over the lane's 2·(B_c/8) entries of row (mt, h), as a tree: log2 steps of independent
 /// operations instead of one chain of dependent ones (each waits for the last to finish).
 template <class Cfg, class Op>
@@ -58,10 +68,7 @@ __device__ __forceinline__ float lane_row_reduce(const float (&S)[Cfg::kMTiles][
     float v[NT];
     #pragma unroll
     for (int n = 0; n < NT; ++n) v[n] = op(S[mt][n][2 * h], S[mt][n][2 * h + 1]);
-    #pragma unroll
-    for (int w = NT / 2; w > 0; w /= 2)
-        #pragma unroll
-        for (int n = 0; n < w; ++n) v[n] = op(v[n], v[n + w]);
+    fold_halves<NT / 2>(v, op);
     return v[0];
 }
 

@@ -1,0 +1,54 @@
+/// @file chapter9.h
+/// @brief Chapter 9, the FlashAttention forward on Hopper (wgmma, TMA, warp specialization): what
+/// the program and the tests call.
+///
+/// Same problem as chapter 7 (whose validation, CPU mirror and 2× rule it reuses): Q, K, V, O
+/// 16-bit (T = __half or __nv_bfloat16), L fp32, layout of shape.h; D = 64 and 128; any N ≥ 1;
+/// causal or not. The kernels are built for sm_90a only and need a GPU of compute capability 9.0.
+#pragma once
+
+#include <string>
+
+#include "../../common/attention.h"
+#include "../../common/device.h"
+#include "../../common/shape.h"
+#include "../07_tensor_cores/chapter7.h"
+
+namespace ch9 {
+
+/// The steps of the ladder (kernel/hopper_config.h says what each one adds).
+enum Variant : int {
+    kWgmma = 1,        ///< wgmma from swizzled shared memory, P̃ in registers; cp.async loads
+    kTma = 2,          ///< + TMA loads into an mbarrier ring
+    kSpecialized = 3,  ///< + producer warpgroup, consumer warpgroups, setmaxnreg
+};
+constexpr int kFirstVariant = kWgmma;
+constexpr int kLastVariant = kSpecialized;
+
+/// Short name of a variant, e.g. "2-tma" (printouts and result files).
+std::string variant_name(int variant);
+
+/// The tiles of a variant at head dim D.
+struct Tiles {
+    int Br, Bc, stages, threads, smem_bytes;
+    std::string str() const;  ///< "B_r x B_c = 128 x 128, 2 stages, 384 threads"
+};
+Tiles tiles(int variant, int D);
+
+/// Empty when `variant` can run shape `s`; otherwise why not.
+std::string unsupported_reason(int variant, const fa::AttnShape& s);
+
+/// Empty when device `d` can run the kernels (compute capability 9.0: sm_90a code runs on nothing
+/// else); otherwise one sentence saying why not.
+std::string device_unsupported_reason(const fa::DeviceInfo& d);
+
+/// Registers, spills, threads, shared memory and blocks per SM of a variant (as chapter 7's).
+template <class T>
+ch7::KernelResources kernel_resources(int variant, int D);
+
+/// O = softmax(Q Kᵀ·scale) V and L = rowwise logsumexp (natural log) on the default stream, for
+/// device arrays (16-byte aligned, as cudaMalloc gives); shape and device must be supported.
+template <class T>
+void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O, float* L);
+
+}  // namespace ch9

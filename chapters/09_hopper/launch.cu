@@ -1,0 +1,165 @@
+// Chapter 9: the launch of the Hopper kernels (kernel/hopper_forward.cuh): the tensor maps of the
+// TMA (encoded by the driver, reached through the runtime so no -lcuda is needed), the shared-memory
+// limit raised once, the grid, and the device checks.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstdio>
+#include <string>
+
+#include "../../common/check.h"
+#include "../../common/device.h"
+#include "../../common/dispatch.h"
+#include "../../common/dtype.h"
+#include "../../common/math.h"
+#include "chapter9.h"
+#include "../07_tensor_cores/kernel_table.h"
+#include "kernel/hopper_forward.cuh"
+
+namespace ch9 {
+
+namespace {
+
+/// One compiled kernel and what it needs.
+struct KernelEntry {
+    Tiles tiles;
+    void (*kernel)(ch7::FwdParams, CUtensorMap, CUtensorMap, CUtensorMap);
+};
+
+template <class T, int Step, int D, int Stages>
+KernelEntry entry_of() {
+    using Cfg = HopperConfig<Step, D, Stages>;
+    return {{Cfg::Br, Cfg::Bc, Cfg::kStages, Cfg::kThreads, Cfg::kSmemBytes}, hopper_forward_kernel<T, Cfg>};
+}
+
+template <class T, int D>
+KernelEntry step_entry(int variant) {
+    switch (variant) {
+        case kWgmma: return entry_of<T, 1, D, 1>();
+        case kTma: return entry_of<T, 2, D, 2>();
+        default: return entry_of<T, 3, D, 2>();
+    }
+}
+
+template <class T>
+KernelEntry kernel_entry(int variant, int D) {
+    return fa::with_head_dim<64, 128>(D, [&](auto d) { return step_entry<T, decltype(d)::value>(variant); });
+}
+
+/// cuTensorMapEncodeTiled from the driver, looked up once through the runtime.
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || f == nullptr) {
+            std::fprintf(stderr, "chapter 9: the driver has no cuTensorMapEncodeTiled (CUDA 12.0+ driver needed)\n");
+            std::exit(1);
+        }
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+    }();
+    return fn;
+}
+
+/// The tensor map of a [B·H][N][D] array of T read in boxes of 64 columns × box_rows rows,
+/// 128-byte swizzled (hopper_layout.h, tma_box).
+template <class T>
+CUtensorMap tensor_map(const T* base, const fa::AttnShape& s, int box_rows) {
+    const tc::hopper::TmaBox b = tc::hopper::tma_box(std::uint64_t(s.B) * s.H, std::uint64_t(s.N), std::uint64_t(s.D),
+                                                     std::uint32_t(box_rows));
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    CUtensorMap map{};
+    const CUresult r = encode_tiled()(
+        &map, std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
+        const_cast<T*>(base), b.dims, b.strides, b.box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        std::fprintf(stderr, "chapter 9: cuTensorMapEncodeTiled failed (CUresult %d) for %s\n", int(r),
+                     s.str().c_str());
+        std::exit(1);
+    }
+    return map;
+}
+
+}  // namespace
+
+std::string variant_name(int variant) {
+    static const char* names[] = {"1-wgmma", "2-tma", "3-warp-specialized"};
+    if (variant < kFirstVariant || variant > kLastVariant) return "unknown";
+    return names[variant - 1];
+}
+
+std::string Tiles::str() const {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "B_r x B_c = %d x %d, %d stage%s, %d threads", Br, Bc, stages,
+                  stages > 1 ? "s" : "", threads);
+    return buf;
+}
+
+Tiles tiles(int variant, int D) { return kernel_entry<__half>(variant, D).tiles; }
+
+std::string unsupported_reason(int variant, const fa::AttnShape& s) {
+    char buf[192];
+    if (variant < kFirstVariant || variant > kLastVariant) {
+        std::snprintf(buf, sizeof buf, "kernel %d does not exist (chapter 9 has kernels %d..%d)", variant,
+                      kFirstVariant, kLastVariant);
+        return buf;
+    }
+    if (s.D != 64 && s.D != 128) {
+        std::snprintf(buf, sizeof buf,
+                      "head dim %d is not supported: the Hopper kernels of chapter 9 are compiled for D = 64 and D = 128",
+                      s.D);
+        return buf;
+    }
+    if (s.N < 1 || s.B < 1 || s.H < 1 || s.B > 65535 || s.H > 65535 || std::int64_t(s.B) * s.H > (1 << 30)) {
+        std::snprintf(buf, sizeof buf, "shape %s is outside the grid chapter 9 launches (N >= 1, 1 <= B, H <= 65535)",
+                      s.str().c_str());
+        return buf;
+    }
+    return "";
+}
+
+std::string device_unsupported_reason(const fa::DeviceInfo& d) {
+    if (d.cc_major == 9 && d.cc_minor == 0) return "";
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "%s has compute capability %d.%d; chapter 9's kernels are built for sm_90a (wgmma, TMA, "
+                  "setmaxnreg) and run only on compute capability 9.0 (H100, H200)",
+                  d.name.c_str(), d.cc_major, d.cc_minor);
+    return buf;
+}
+
+template <class T>
+ch7::KernelResources kernel_resources(int variant, int D) {
+    const KernelEntry e = kernel_entry<T>(variant, D);
+    fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.tiles.smem_bytes), "chapter 9 kernel");
+    cudaFuncAttributes a{};
+    CUDA_CHECK(cudaFuncGetAttributes(&a, e.kernel));
+    int blocks = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, e.kernel, e.tiles.threads, e.tiles.smem_bytes));
+    return {a.numRegs, a.localSizeBytes, e.tiles.threads, e.tiles.smem_bytes, blocks};
+}
+
+template <class T>
+void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O, float* L) {
+    const std::string why = unsupported_reason(variant, s);
+    if (!why.empty()) {
+        std::fprintf(stderr, "ch9::forward: %s\n", why.c_str());
+        std::exit(2);
+    }
+    const KernelEntry e = kernel_entry<T>(variant, s.D);
+    fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.tiles.smem_bytes), "chapter 9 kernel");
+    const CUtensorMap mq = tensor_map(Q, s, e.tiles.Br), mk = tensor_map(K, s, e.tiles.Bc),
+                      mv = tensor_map(V, s, e.tiles.Bc);
+    const dim3 grid(unsigned(fa::ceil_div(s.N, e.tiles.Br)), unsigned(s.H), unsigned(s.B));
+    e.kernel<<<grid, e.tiles.threads, e.tiles.smem_bytes>>>(ch7::make_params(s, Q, K, V, O, L), mq, mk, mv);
+    CUDA_CHECK_LAUNCH();
+}
+
+template ch7::KernelResources kernel_resources<__half>(int, int);
+template ch7::KernelResources kernel_resources<__nv_bfloat16>(int, int);
+template void forward<__half>(int, const fa::AttnShape&, const __half*, const __half*, const __half*, __half*, float*);
+template void forward<__nv_bfloat16>(int, const fa::AttnShape&, const __nv_bfloat16*, const __nv_bfloat16*,
+                                     const __nv_bfloat16*, __nv_bfloat16*, float*);
+
+}  // namespace ch9

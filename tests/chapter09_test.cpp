@@ -1,0 +1,357 @@
+// Tests of chapter 9: the FlashAttention forward on Hopper (wgmma, TMA, warp specialization).
+//
+// [cpu]: the 128-byte swizzle (a bijection, TMA's address rule), the wgmma descriptor fields and
+// the k-step offsets, the TMA box parameters, the step configurations, argument checks, and the
+// CPU mirror at the chapter's B_c (chapter 7's, with B_c = 128).
+// [gpu] (compute capability 9.0 only): every step on N ∈ {1, 17, 113, 1023, 4097, 16384}, causal
+// and not, D = 64 and 128, bf16 and fp16, B·H > 1, with large scores, against the 2× rule with
+// outputs poisoned; and writes past the end of O and L.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../chapters/09_hopper/chapter9.h"
+#include "../chapters/09_hopper/kernel/hopper_config.h"
+#include "../common/attention.h"
+#include "../common/attention_gpu.h"
+#include "../common/device.h"
+#include "../common/dtype.h"
+#include "../common/reference.h"
+#include "../common/tensor_core/hopper_layout.h"
+#include "support.h"
+
+using namespace tc::hopper;
+
+namespace {
+
+bool have_sm90() {
+    if (fa::cuda_device_count() == 0) return false;
+    const std::string why = ch9::device_unsupported_reason(fa::device_info());
+    if (!why.empty()) WARN(why);
+    return why.empty();
+}
+
+template <class T>
+fa::AttnProblem rounded_problem(const fa::AttnShape& s, std::uint64_t seed, double magnitude) {
+    fa::AttnProblem p = fa::make_problem(s, seed, magnitude);
+    fa::round_to<T>(p.Q);
+    fa::round_to<T>(p.K);
+    fa::round_to<T>(p.V);
+    return p;
+}
+
+// Runs `variants` on each shape (inputs made once per shape, outputs poisoned before each run)
+// and checks O and L with the 2× rule against chapter 7's CPU mirror at the kernels' B_c.
+template <class T>
+void check_rule_on(const std::vector<fa::AttnShape>& shapes, const std::vector<int>& variants, double magnitude = 1.0) {
+    for (const fa::AttnShape& s : shapes) {
+        const std::uint64_t seed = 11 + std::uint64_t(s.N);
+        const fa::AttnProblem p = rounded_problem<T>(s, seed, magnitude);
+        fa::DeviceAttention<T> d(p);
+        const ch7::MirrorErrors mirror = ch7::mirror_errors<T>(p, ch9::tiles(variants.front(), s.D).Bc);
+        for (int v : variants) {
+            d.poison_outputs();
+            ch9::forward<T>(v, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get());
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const std::vector<float> O = d.O_host(), L = d.L_host();
+            const ch7::RuleVerdict verdict = ch7::low_precision_rule(fa::check_forward(p, O.data(), L.data()), mirror);
+            INFO(fa::dtype_name<T>() << " " << s.str() << " magnitude " << magnitude << " kernel "
+                                     << ch9::variant_name(v) << "\n"
+                                     << verdict.text);
+            CHECK(verdict.ok);
+        }
+    }
+}
+
+// The chapter's grid: N ∈ {1, 17, 113, 1023, 4097, 16384} (small mode: up to 113), causal and
+// not, D = 64 and 128, B·H ∈ {2, 6}; both dtypes; then large scores (magnitude 4: scores of
+// several hundred, e^S alone overflows fp32).
+void gpu_grid(const std::vector<int>& variants) {
+    const bool small = fa::test::small_shapes();
+    const std::vector<int> Ns = small ? std::vector<int>{1, 17, 113} : std::vector<int>{1, 17, 113, 1023, 4097, 16384};
+    std::vector<fa::AttnShape> shapes;
+    for (bool causal : {false, true})
+        for (int D : {64, 128})
+            for (int N : Ns) shapes.push_back(fa::make_shape(N >= 4097 ? 1 : 2, N >= 4097 ? 2 : 3, N, D, causal));
+    check_rule_on<__nv_bfloat16>(shapes, variants);
+    check_rule_on<__half>(shapes, variants);
+    std::vector<fa::AttnShape> large;
+    for (bool causal : {false, true})
+        for (int D : {64, 128}) large.push_back(fa::make_shape(1, 2, 257, D, causal));
+    check_rule_on<__half>(large, variants, 4.0);
+    check_rule_on<__nv_bfloat16>(large, variants, 4.0);
+}
+
+// A few shapes of several tiles each (the ring wraps around more than once), quick enough for
+// the exercises: any stage, phase or fence mistake shows here.
+void quick_variant(int variant) {
+    std::vector<fa::AttnShape> shapes;
+    for (bool causal : {false, true})
+        for (int D : {64, 128}) shapes.push_back(fa::make_shape(2, 2, 1000, D, causal));
+    check_rule_on<__nv_bfloat16>(shapes, {variant});
+}
+
+// The kernel writes every element of O and L and nothing past their ends (a whole block of rows
+// of padding, poisoned).
+void bounds_variant(int variant) {
+    for (int D : {64, 128}) {
+        const fa::AttnShape s = fa::make_shape(1, 2, 17, D, true);
+        const fa::AttnProblem p = rounded_problem<__nv_bfloat16>(s, 9, 1.0);
+        fa::DeviceAttention<__nv_bfloat16> d(p);
+        const std::size_t pad = 4096;
+        fa::DeviceBuffer<__nv_bfloat16> O(s.elements() + pad);
+        fa::DeviceBuffer<float> L(s.rows() + pad);
+        O.poison(), L.poison();
+        ch9::forward<__nv_bfloat16>(variant, s, d.Q.get(), d.K.get(), d.V.get(), O.get(), L.get());
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<__nv_bfloat16> o = O.download();
+        const std::vector<float> l = L.download();
+        INFO("D " << D << " kernel " << ch9::variant_name(variant));
+        bool untouched = true, written = true;
+        for (std::size_t i = s.elements(); i < o.size(); ++i) untouched &= std::isnan(fa::to_float(o[i]));
+        for (std::size_t i = s.rows(); i < l.size(); ++i) untouched &= std::isnan(l[i]);
+        for (std::size_t i = 0; i < s.elements(); ++i) written &= std::isfinite(fa::to_float(o[i]));
+        for (std::size_t i = 0; i < s.rows(); ++i) written &= std::isfinite(l[i]);
+        CHECK(untouched);
+        CHECK(written);
+    }
+}
+
+// ---- the ring protocol of step 3, run on the CPU ------------------------------------------------
+// A model of the mbarrier (PTX ISA): a phase completes when its arrivals (and, for "full", the
+// bytes of the TMA) are in; waiting for parity p succeeds once the phase of parity p has completed,
+// i.e. when the number of completed phases c has c mod 2 != p. One producer and `consumers`
+// consumers run `tiles` tiles through `stages` buffers in a random interleaving; the TMA's bytes
+// land at a random later moment. Returns an empty string when every consumer read every tile from
+// a buffer holding it and the producer never overwrote a buffer some consumer had not released;
+// otherwise what went wrong.
+struct RingParities {
+    std::uint32_t (*full)(int, int);
+    std::uint32_t (*empty)(int, int);
+};
+
+std::string run_ring(int stages, int consumers, int tiles, std::uint32_t seed, RingParities parity) {
+    struct Barrier {
+        int completed = 0, arrivals = 0;
+        bool passed(std::uint32_t p) const { return std::uint32_t(completed & 1) != p; }
+    };
+    std::vector<Barrier> full(static_cast<std::size_t>(stages)), empty(static_cast<std::size_t>(stages));
+    std::vector<int> holds(static_cast<std::size_t>(stages), -1), released(static_cast<std::size_t>(tiles), 0), landing;
+    std::vector<int> next(static_cast<std::size_t>(consumers), 0);
+    int produced = 0;
+    std::uint32_t rng = seed * 2654435761u + 1;
+    auto random = [&](int n) { rng = rng * 1664525u + 1013904223u; return int((rng >> 8) % std::uint32_t(n)); };
+    for (int steps = 0; steps < 100000; ++steps) {
+        std::vector<int> moves;  // 0: producer, 1..consumers: a consumer, -1 - k: landing k
+        if (produced < tiles && (produced < stages || empty[std::size_t(ch9::ring_stage(produced, stages))].passed(
+                                                          parity.empty(produced, stages))))
+            moves.push_back(0);
+        for (int c = 0; c < consumers; ++c) {
+            const int j = next[std::size_t(c)];
+            if (j < tiles && full[std::size_t(ch9::ring_stage(j, stages))].passed(parity.full(j, stages)))
+                moves.push_back(1 + c);
+        }
+        for (std::size_t k = 0; k < landing.size(); ++k) moves.push_back(-1 - int(k));
+        if (moves.empty()) {
+            for (int c = 0; c < consumers; ++c)
+                if (next[std::size_t(c)] < tiles) return "deadlock: consumer waits for tile " + std::to_string(next[std::size_t(c)]);
+            return produced == tiles ? "" : "deadlock: the producer waits";
+        }
+        const int m = moves[std::size_t(random(int(moves.size())))];
+        if (m == 0) {  // the producer issues tile `produced` (its bytes land later)
+            const int s = ch9::ring_stage(produced, stages);
+            if (holds[std::size_t(s)] >= 0 && released[std::size_t(holds[std::size_t(s)])] < consumers)
+                return "tile " + std::to_string(produced) + " overwrites tile " + std::to_string(holds[std::size_t(s)]) +
+                       " before every consumer released it";
+            landing.push_back(produced++);
+        } else if (m > 0) {  // a consumer computes its next tile, then releases the buffer
+            const int c = m - 1, j = next[std::size_t(c)], s = ch9::ring_stage(j, stages);
+            if (holds[std::size_t(s)] != j)
+                return "consumer " + std::to_string(c) + " read tile " + std::to_string(holds[std::size_t(s)]) +
+                       " for tile " + std::to_string(j);
+            ++released[std::size_t(j)];
+            if (++empty[std::size_t(s)].arrivals == consumers) empty[std::size_t(s)].arrivals = 0, ++empty[std::size_t(s)].completed;
+            ++next[std::size_t(c)];
+        } else {  // the TMA's bytes of a tile land: its buffer holds it, the full phase completes
+            const std::size_t k = std::size_t(-1 - m);
+            const int j = landing[k], s = ch9::ring_stage(j, stages);
+            holds[std::size_t(s)] = j;
+            ++full[std::size_t(s)].completed;
+            landing.erase(landing.begin() + std::ptrdiff_t(k));
+        }
+    }
+    return "no end after 100000 steps";
+}
+
+}  // namespace
+
+// ================================ [cpu] ==========================================================
+
+TEST_CASE("128-byte swizzle: a bijection of each 8-row atom that keeps 16-byte chunks and rows whole", "[cpu][chapter9]") {
+    std::set<int> seen;
+    for (int r = 0; r < 8; ++r)
+        for (int c = 0; c < kAtomCols; ++c) {
+            const int o = sw128_offset(r, c);
+            CHECK(o / 128 == r);                      // a row stays in its 128 bytes
+            CHECK(o % 16 == (c % 8) * 2);             // a 16-byte chunk stays whole
+            CHECK(seen.insert(o).second);             // no two elements share an address
+        }
+    CHECK(seen.size() == 8 * kAtomCols);
+    CHECK(*seen.rbegin() == kAtomBytes - 2);
+}
+
+TEST_CASE("128-byte swizzle: TMA's rule (address bits 4-6 XOR bits 7-9) and conflict-free columns", "[cpu][chapter9]") {
+    for (int r = 0; r < 64; ++r)
+        for (int c = 0; c < kAtomCols; ++c) {
+            const int linear = r * 128 + c * 2;
+            const int tma = linear ^ (((linear >> 7) & 7) << 4);
+            CHECK(sw128_offset(r, c) == tma);
+        }
+    // the 16-byte chunk of one column over 8 consecutive rows lands in 8 different chunk slots
+    for (int c = 0; c < kAtomCols; c += 8) {
+        std::set<int> slots;
+        for (int r = 0; r < 8; ++r) slots.insert((sw128_offset(r, c) % 128) / 16);
+        CHECK(slots.size() == 8);
+    }
+}
+
+TEST_CASE("wgmma descriptor: every field where the PTX ISA puts it", "[cpu][chapter9]") {
+    const std::uint64_t d = make_smem_desc(0x12340u, 2048, 1024, Swizzle::k128B);
+    CHECK((d & 0x3FFF) == (0x12340u >> 4));
+    CHECK(((d >> 16) & 0x3FFF) == 2048 / 16);
+    CHECK(((d >> 32) & 0x3FFF) == 1024 / 16);
+    CHECK(((d >> 49) & 7) == 0);  // base offset: tiles 1024-byte aligned
+    CHECK((d >> 62) == 1);        // 128-byte swizzle
+    CHECK((make_smem_desc(0, 0, 0, Swizzle::k64B) >> 62) == 2);
+    CHECK((make_smem_desc(0, 0, 0, Swizzle::k32B) >> 62) == 3);
+    CHECK(make_smem_desc(0, 0, 0, Swizzle::kNone) == 0);
+    // the address field keeps bits 4..17 of a shared-memory address (228 KB fit)
+    CHECK((make_smem_desc(0x3FFF0u, 0, 0, Swizzle::kNone) & 0x3FFF) == 0x3FFF);
+    // K-major: SBO = 8 rows of 128 bytes; LBO unused (1); MN-major: LBO = one [rows][64] block
+    CHECK(((kmajor_desc(0) >> 32) & 0x3FFF) == 64);
+    CHECK(((kmajor_desc(0) >> 16) & 0x3FFF) == 1);
+    CHECK((kmajor_desc(0) >> 62) == 1);
+    CHECK((mnmajor_desc(0, 128) >> 62) == 1);
+    CHECK(((mnmajor_desc(0, 128) >> 16) & 0x3FFF) == 128 * 128 / 16);
+    CHECK(((mnmajor_desc(0, 128) >> 32) & 0x3FFF) == 64);
+}
+
+TEST_CASE("wgmma k-steps: K-major steps walk the 128-byte row then the next block; MN-major steps 16 rows", "[cpu][chapter9]") {
+    // k-step kk covers columns 16kk..16kk+15: their unswizzled offset in the tile's [rows][64] blocks
+    for (int rows : {64, 128})
+        for (int kk = 0; kk < 8; ++kk) {
+            const int col = 16 * kk;
+            CHECK(int(kmajor_kstep_offset(kk, rows)) == (col / 64) * rows * 128 + (col % 64) * 2);
+        }
+    for (int kk = 0; kk < 8; ++kk) CHECK(int(mnmajor_kstep_offset(kk)) == 16 * kk * 128);
+    CHECK(mnmajor_kstep_offset(1) % kAtomBytes == 0);  // 16 rows: the start stays 1024-byte aligned
+}
+
+TEST_CASE("TMA box: 3-D [B*H][N][D] map, 128-byte boxes, legal strides", "[cpu][chapter9]") {
+    const TmaBox b = tma_box(6, 1023, 128, 128);
+    CHECK(b.dims[0] == 128);
+    CHECK(b.dims[1] == 1023);
+    CHECK(b.dims[2] == 6);
+    CHECK(b.strides[0] == 256);
+    CHECK(b.strides[1] == 1023u * 256);
+    CHECK(b.box[0] * 2 == 128);  // SWIZZLE_128B needs an inner box of at most 128 bytes
+    CHECK(b.box[1] == 128);      // at most 256 rows per box
+    CHECK(b.box[2] == 1);
+    CHECK(b.strides[0] % 16 == 0);
+    CHECK(b.strides[1] % 16 == 0);
+    CHECK(b.bytes() == 128u * 128);
+}
+
+TEST_CASE("ring protocol (step 3): every interleaving tried reads each tile from its buffer, never overwrites "
+          "an unreleased one, never deadlocks; wrong parities are caught", "[cpu][chapter9]") {
+    const RingParities kernel{ch9::full_parity, ch9::empty_parity};
+    for (int stages : {2, 3})
+        for (int consumers : {1, 2})
+            for (int tiles : {1, 2, 3, 5, 9})
+                for (std::uint32_t seed = 0; seed < 200; ++seed) {
+                    const std::string what = run_ring(stages, consumers, tiles, seed, kernel);
+                    INFO("stages " << stages << " consumers " << consumers << " tiles " << tiles << " seed " << seed);
+                    REQUIRE(what.empty());
+                }
+    // The same checker fails the two mistakes of exercise-style bugs: the full parity off by one
+    // (consumers run ahead of the bytes) and the empty wait one lap early (overwrites).
+    const RingParities full_off{[](int j, int s) { return ch9::full_parity(j, s) ^ 1u; }, ch9::empty_parity};
+    const RingParities empty_early{ch9::full_parity, [](int j, int s) { return ch9::full_parity(j, s); }};
+    for (const RingParities& wrong : {full_off, empty_early}) {
+        bool caught = false;
+        for (std::uint32_t seed = 0; seed < 200 && !caught; ++seed) caught = !run_ring(2, 2, 9, seed, wrong).empty();
+        CHECK(caught);
+    }
+}
+
+TEST_CASE("step configurations: threads, tiles, shared memory within the H100's 227 KB", "[cpu][chapter9]") {
+    using S1 = ch9::HopperConfig<1, 128, 1>;
+    using S2 = ch9::HopperConfig<2, 128, 2>;
+    using S3 = ch9::HopperConfig<3, 128, 2>;
+    STATIC_REQUIRE(S1::kThreads == 256);
+    STATIC_REQUIRE(S2::kThreads == 256);
+    STATIC_REQUIRE(S3::kThreads == 384);
+    STATIC_REQUIRE(S3::kSmemBytes <= 227 * 1024);
+    STATIC_REQUIRE(S3::kStageBytes == 2 * 2 * 128 * 128);
+    STATIC_REQUIRE(S3::kProducerRegs * 128 + S3::kConsumerRegs * 256 <= 65536);
+    STATIC_REQUIRE(S3::kProducerRegs % 8 == 0 && S3::kConsumerRegs % 8 == 0);
+    STATIC_REQUIRE((S1::Br * 128 * 2) % kAtomBytes == 0);  // each tile starts 1024-byte aligned
+    STATIC_REQUIRE((S1::Bc * 128 * 2) % kAtomBytes == 0);
+}
+
+TEST_CASE("unsupported shapes, kernels and devices get one clear reason", "[cpu][chapter9]") {
+    CHECK(ch9::unsupported_reason(1, fa::make_shape(1, 1, 17, 64, false)).empty());
+    CHECK(ch9::unsupported_reason(3, fa::make_shape(2, 3, 1, 128, true)).empty());
+    CHECK_FALSE(ch9::unsupported_reason(0, fa::make_shape(1, 1, 17, 64, false)).empty());
+    CHECK_FALSE(ch9::unsupported_reason(4, fa::make_shape(1, 1, 17, 64, false)).empty());
+    CHECK(ch9::unsupported_reason(1, fa::make_shape(1, 1, 17, 32, false)).find("head dim 32") != std::string::npos);
+    fa::DeviceInfo d;
+    d.name = "A100";
+    d.cc_major = 8, d.cc_minor = 0;
+    CHECK(ch9::device_unsupported_reason(d).find("9.0") != std::string::npos);
+    d.cc_major = 9;
+    CHECK(ch9::device_unsupported_reason(d).empty());
+    d.cc_major = 10;
+    CHECK_FALSE(ch9::device_unsupported_reason(d).empty());
+}
+
+TEST_CASE("CPU mirror at the chapter's B_c = 128, unrounded, equals the float64 reference", "[cpu][chapter9]") {
+    for (bool causal : {false, true})
+        for (int N : {1, 130, 300}) {
+            const fa::AttnShape s = fa::make_shape(1, 2, N, 64, causal);
+            const fa::AttnProblem p = fa::make_problem(s, 3, 1.0);
+            const ch7::MirrorErrors m = ch7::mirror_errors<float>(p, ch9::tiles(1, 64).Bc);
+            INFO(s.str());
+            CHECK(m.check.O.rel_l2 < 1e-5);
+            CHECK(m.check.L.max_abs < 1e-4);
+        }
+}
+
+// ================================ [gpu] ==========================================================
+
+#define CHAPTER9_VARIANT_TESTS(K)                                                                        \
+    TEST_CASE("kernel " #K " on N in {1,17,113,1023,4097,16384}, causal and not, D 64 and 128, fp16 and "  \
+              "bf16, large scores: error at most 2x the mirror's", "[gpu][chapter9][v" #K "]") {           \
+        REQUIRE(have_sm90());                                                                          \
+        gpu_grid({K});                                                                                 \
+    }                                                                                                  \
+    TEST_CASE("kernel " #K " quick: several K/V tiles and query blocks, causal and not, both head dims", \
+              "[gpu][chapter9][v" #K "]") {                                                            \
+        REQUIRE(have_sm90());                                                                          \
+        quick_variant(K);                                                                              \
+    }                                                                                                  \
+    TEST_CASE("kernel " #K " writes all of O and L and nothing past their ends", "[gpu][chapter9][v" #K "]") { \
+        REQUIRE(have_sm90());                                                                          \
+        bounds_variant(K);                                                                             \
+    }
+
+CHAPTER9_VARIANT_TESTS(1)
+CHAPTER9_VARIANT_TESTS(2)
+CHAPTER9_VARIANT_TESTS(3)
+static_assert(ch9::kFirstVariant == 1 && ch9::kLastVariant == 3, "one CHAPTER9_VARIANT_TESTS line per variant");
