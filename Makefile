@@ -54,6 +54,7 @@ USES_4 := 2 3
 USES_5 := 2 3 4
 USES_6 := 2 3 4 5
 USES_7 :=
+USES_8 := 2 3 4 5 6 7
 
 main_src = $(wildcard $(call dir_of,$(1))/main.cu $(call dir_of,$(1))/main.cpp)
 lib_srcs = $(filter-out %/main.cu %/main.cpp,$(shell find $(call dir_of,$(1)) -name '*.cu' -o -name '*.cpp' | sort))

@@ -1,0 +1,50 @@
+/// @file candidates.h
+/// @brief Chapter 8: the tile configurations of the ladder and of step 5's search, listed once
+/// for the GPU launcher (launch.cu) and the CPU emulator (emulator/emulated_kernels.cpp).
+#pragma once
+
+#include "bwd_config.h"
+
+namespace ch8 {
+
+/// A dK/dV kernel configuration with the separate dQ kernel that goes with it (--dq split).
+template <class Bwd, class Dq>
+struct KernelPair {
+    using BwdCfg = Bwd;
+    using DqCfg = Dq;
+};
+
+/// A list of KernelPair types.
+template <class... Pairs>
+struct PairList {};
+
+/// Calls f(Pair{}) for every pair of the list, in order.
+template <class... Pairs, class F>
+void for_each_pair(PairList<Pairs...>, F&& f) {
+    (f(Pairs{}), ...);
+}
+
+/// Steps 1–4: 4 warps (B_c = 64), B_r = 64; one Q_i buffer until step 3, then two. The dQ kernel:
+/// 4 warps (B_r = 64), B_c = 64.
+template <int Step, int D>
+using LadderPair = KernelPair<BwdConfig<Step, D, 4, 64, (Step >= 3 ? 2 : 1), false>, DqConfig<Step, D, 4, 64>>;
+
+/// Step 5's candidates, BwdConfig<5, D, warps, B_r, stages, K/V in registers>. Registers per lane
+/// ≈ dK_j, dV_j (D) + Sᵀ, dPᵀ (B_r/2) + K_j, V_j fragments if kept (D/2) + addresses.
+using Candidates64 = PairList<KernelPair<BwdConfig<5, 64, 4, 64, 2, false>, DqConfig<5, 64, 4, 64>>,
+                             KernelPair<BwdConfig<5, 64, 4, 64, 2, true>, DqConfig<5, 64, 4, 64>>,
+                             KernelPair<BwdConfig<5, 64, 8, 64, 2, false>, DqConfig<5, 64, 8, 64>>,
+                             KernelPair<BwdConfig<5, 64, 8, 64, 2, true>, DqConfig<5, 64, 8, 64>>,
+                             KernelPair<BwdConfig<5, 64, 4, 128, 2, false>, DqConfig<5, 64, 4, 128>>,
+                             KernelPair<BwdConfig<5, 64, 8, 128, 2, false>, DqConfig<5, 64, 8, 128>>>;
+using Candidates128 = PairList<KernelPair<BwdConfig<5, 128, 4, 64, 2, false>, DqConfig<5, 128, 4, 64>>,
+                               KernelPair<BwdConfig<5, 128, 8, 64, 2, false>, DqConfig<5, 128, 8, 64>>,
+                               KernelPair<BwdConfig<5, 128, 4, 64, 3, false>, DqConfig<5, 128, 4, 64>>,
+                               KernelPair<BwdConfig<5, 128, 8, 64, 2, true>, DqConfig<5, 128, 8, 64>>,
+                               KernelPair<BwdConfig<5, 128, 4, 128, 2, false>, DqConfig<5, 128, 8, 64>>>;
+
+/// Step 5's default candidate per head dim (./chapter8 --sweep; README, step 5).
+constexpr int kTunedCandidate64 = 2;
+constexpr int kTunedCandidate128 = 1;
+
+}  // namespace ch8
