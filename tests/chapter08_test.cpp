@@ -26,17 +26,20 @@ using namespace ch8;
 
 namespace {
 
-// One backward problem with inputs rounded to T, its float64 reference and its mirror's errors.
+bool have_sm80() { return fa::cuda_device_count() > 0 && ch7::device_unsupported_reason(fa::device_info()).empty(); }
+
+// One backward problem with inputs rounded to T, the O and L chapter 7's forward gives for them
+// (on the GPU, or emulated on the CPU), the float64 reference and the mirror's errors.
 template <class T>
 struct Case {
     fa::AttnProblem p;
-    std::vector<float> dO;
+    std::vector<float> dO, O, L;
     ch6::SampledBackward ref;
     MirrorErrors mirror;
 };
 
 template <class T>
-Case<T> make_case(const fa::AttnShape& s, std::uint64_t seed, double magnitude = 1.0) {
+Case<T> make_case(const fa::AttnShape& s, std::uint64_t seed, double magnitude = 1.0, bool gpu = false) {
     Case<T> c;
     c.p = fa::make_problem(s, seed, magnitude);
     fa::round_to<T>(c.p.Q);
@@ -44,8 +47,22 @@ Case<T> make_case(const fa::AttnShape& s, std::uint64_t seed, double magnitude =
     fa::round_to<T>(c.p.V);
     c.dO = ch6::make_upstream_gradient(s, seed);
     fa::round_to<T>(c.dO);
+    const std::vector<T> Q = fa::convert_from_float<T>(c.p.Q), K = fa::convert_from_float<T>(c.p.K),
+                         V = fa::convert_from_float<T>(c.p.V);
+    std::vector<T> O(s.elements(), fa::from_float<T>(NAN));
+    c.L.assign(s.rows(), NAN);
+    if (gpu) {
+        fa::DeviceBuffer<T> dQ(Q), dK(K), dV(V), dO(s.elements());
+        fa::DeviceBuffer<float> dL(s.rows());
+        ch7::forward<T>(ch7::kTuned, s, dQ.get(), dK.get(), dV.get(), dO.get(), dL.get());
+        O = dO.download();
+        c.L = dL.download();
+    } else {
+        ch7::forward_emulated<T>(ch7::kTuned, s, Q.data(), K.data(), V.data(), O.data(), c.L.data());
+    }
+    c.O = fa::convert_to_float(O);
     c.ref = ch6::sampled_backward_reference(c.p, c.dO.data());
-    c.mirror = mirror_errors<T>(c.p, c.dO, c.ref);
+    c.mirror = mirror_errors<T>(c.p, c.dO, c.O, c.L, c.ref);
     return c;
 }
 
@@ -61,11 +78,9 @@ ch6::BackwardCheck run_emulated(int variant, int strategy, const Case<T>& c, int
     const fa::AttnShape& s = c.p.shape;
     HostRun<T> h;
     h.Q = fa::convert_from_float<T>(c.p.Q), h.K = fa::convert_from_float<T>(c.p.K),
-    h.V = fa::convert_from_float<T>(c.p.V), h.dO = fa::convert_from_float<T>(c.dO);
+    h.V = fa::convert_from_float<T>(c.p.V), h.dO = fa::convert_from_float<T>(c.dO), h.O = fa::convert_from_float<T>(c.O);
+    h.L = c.L;
     const T nan = fa::from_float<T>(NAN);
-    h.O.assign(s.elements(), nan);
-    h.L.assign(s.rows(), NAN);
-    ch7::forward_emulated<T>(ch7::kTuned, s, h.Q.data(), h.K.data(), h.V.data(), h.O.data(), h.L.data());
     h.dQ.assign(s.elements(), nan), h.dK.assign(s.elements(), nan), h.dV.assign(s.elements(), nan);
     h.ws.assign(workspace_floats(s, strategy), NAN);
     const BwdTensors<T> t{h.Q.data(), h.K.data(), h.V.data(), h.O.data(), h.dO.data(), h.L.data(),
@@ -174,7 +189,7 @@ TEST_CASE("ch8: the 2x rule fails a NaN, a doubled error and a swapped output", 
     const fa::AttnShape s = fa::make_shape(1, 1, 33, 64, false);
     const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 5);
     std::vector<float> dQ, dK, dV;
-    mirror_sampled<__nv_bfloat16>(c.p, c.dO, c.ref, dQ, dK, dV);  // N ≤ 128: all rows, all heads sampled
+    mirror_sampled<__nv_bfloat16>(c.p, c.dO, c.O, c.L, c.ref, dQ, dK, dV);  // N ≤ 128: all rows, all heads sampled
     auto verdict = [&](const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v) {
         return low_precision_rule(ch6::check_backward(c.ref, q.data(), k.data(), v.data()), c.mirror).ok;
     };
@@ -237,9 +252,7 @@ TEST_CASE("ch8 emulated: kernel 5 (tuned), every candidate", "[cpu][chapter8][v5
 
 namespace {
 
-bool have_sm80() { return fa::cuda_device_count() > 0 && ch7::device_unsupported_reason(fa::device_info()).empty(); }
-
-// Device arrays of one problem: inputs, O and L from chapter 7's forward, outputs, workspace.
+// Device arrays of one problem: inputs, O and L (the case's, from chapter 7's forward), outputs, workspace.
 template <class T>
 struct DeviceCase {
     fa::AttnShape s;
@@ -247,10 +260,8 @@ struct DeviceCase {
     fa::DeviceBuffer<float> L, ws;
     explicit DeviceCase(const Case<T>& c)
         : s(c.p.shape), Q(fa::convert_from_float<T>(c.p.Q)), K(fa::convert_from_float<T>(c.p.K)),
-          V(fa::convert_from_float<T>(c.p.V)), dO(fa::convert_from_float<T>(c.dO)), O(s.elements()),
-          dQ(s.elements()), dK(s.elements()), dV(s.elements()), L(s.rows()), ws(workspace_floats(s, kAtomic)) {
-        ch7::forward<T>(ch7::kTuned, s, Q.get(), K.get(), V.get(), O.get(), L.get());
-    }
+          V(fa::convert_from_float<T>(c.p.V)), dO(fa::convert_from_float<T>(c.dO)), O(fa::convert_from_float<T>(c.O)),
+          dQ(s.elements()), dK(s.elements()), dV(s.elements()), L(c.L), ws(workspace_floats(s, kAtomic)) {}
     // Runs one backward on poisoned outputs and workspace; returns the check of dQ, dK, dV.
     ch6::BackwardCheck run(int variant, int strategy, const Case<T>& c, int candidate = -1) {
         dQ.poison(), dK.poison(), dV.poison(), ws.poison();
@@ -269,7 +280,7 @@ template <class T>
 void check_grid(const std::vector<int>& variants, double magnitude = 1.0) {
     std::vector<fa::AttnShape> shapes = fa::test::shape_grid({64, 128});
     for (const fa::AttnShape& s : shapes) {
-        const Case<T> c = make_case<T>(s, 7 + std::uint64_t(s.N), magnitude);
+        const Case<T> c = make_case<T>(s, 7 + std::uint64_t(s.N), magnitude, true);
         DeviceCase<T> d(c);
         for (int variant : variants)
             for (int strategy : {kAtomic, kSplit}) {
@@ -338,7 +349,7 @@ TEST_CASE("ch8 GPU: every tile candidate of step 5", "[gpu][chapter8]") {
     for (int D : {64, 128})
         for (bool causal : {false, true}) {
             const fa::AttnShape s = fa::make_shape(2, 3, fa::test::small_shapes() ? 113 : 1023, D, causal);
-            const Case<__half> c = make_case<__half>(s, 9);
+            const Case<__half> c = make_case<__half>(s, 9, 1.0, true);
             DeviceCase<__half> d(c);
             for (int k = 0; k < int(tuning_candidates(D).size()); ++k)
                 for (int strategy : {kAtomic, kSplit}) {
@@ -353,7 +364,7 @@ TEST_CASE("ch8 GPU: every tile candidate of step 5", "[gpu][chapter8]") {
 TEST_CASE("ch8 GPU: the atomic strategy's workspace starts from zero on every run", "[gpu][chapter8]") {
     REQUIRE(have_sm80());
     const fa::AttnShape s = fa::make_shape(1, 2, 300, 64, false);
-    const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 21);
+    const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 21, 1.0, true);
     DeviceCase<__nv_bfloat16> d(c);
     const BwdTensors<__nv_bfloat16> t{d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.dO.get(), d.L.get(),
                                       d.dQ.get(), d.dK.get(), d.dV.get()};

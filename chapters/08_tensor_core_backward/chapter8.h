@@ -96,14 +96,17 @@ ch7::KernelResources kernel_resources(int variant, int D, int candidate = -1);
 
 // ---- the CPU mirror and the 2× rule (cpu_mirror.cpp) ---------------------------------------
 
-/// The CPU mirror at the reference's sampled positions: O and L from chapter 7's mirror (rounded
-/// like its kernels), then the backward with the kernels' rounding points: D_i in fp32 from the
-/// 16-bit O, S and dP in fp32, P and dS rounded to T before the products, dQ, dK, dV accumulated
-/// in fp32 and rounded to T at the end. Inputs (p, dO) already rounded to T. Outputs in the
-/// reference's layout: dQ [all heads][rows][D], dK and dV [ref.heads][rows][D].
+/// The CPU mirror at the reference's sampled positions, with the kernels' rounding points and
+/// the forward's O and L the kernels got (host copies, O as floats of T): D_i in fp32 from O, S and
+/// dP in fp32, P and dS rounded to T before the products that take them, dQ, dK, dV accumulated in
+/// fp32 and rounded to T at the end. Inputs (p, dO) already rounded to T. Outputs in the
+/// reference's layout: dQ [all heads][rows][D], dK and dV [ref.heads][rows][D]. Taking O and L as
+/// given keeps the forward's own rounding out of the comparison: kernel and mirror differ only in
+/// the backward's arithmetic.
 template <class T>
-void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, const ch6::SampledBackward& ref,
-                    std::vector<float>& dQ, std::vector<float>& dK, std::vector<float>& dV);
+void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, const std::vector<float>& O,
+                    const std::vector<float>& L, const ch6::SampledBackward& ref, std::vector<float>& dQ,
+                    std::vector<float>& dK, std::vector<float>& dV);
 
 /// The mirror's errors against float64 and the floors of the 2× rule, per output (dQ, dK, dV).
 struct MirrorErrors {
@@ -112,7 +115,8 @@ struct MirrorErrors {
     double floor_rel[3];     ///< the same in the relative L2 metric
 };
 template <class T>
-MirrorErrors mirror_errors(const fa::AttnProblem& p, const std::vector<float>& dO, const ch6::SampledBackward& ref);
+MirrorErrors mirror_errors(const fa::AttnProblem& p, const std::vector<float>& dO, const std::vector<float>& O,
+                           const std::vector<float>& L, const ch6::SampledBackward& ref);
 
 /// The 2× rule for dQ, dK, dV: each max abs and relative L2 error at most twice the mirror's plus
 /// the floor; NaN/Inf never pass (ch7::rule_line for each).

@@ -1,8 +1,8 @@
 // Chapter 8: the CPU mirror of the backward kernels' arithmetic and the 2× rule that judges them.
 //
 // The mirror computes dQ, dK, dV at the positions the float64 reference samples, with the
-// kernels' rounding points: O and L from chapter 7's mirror (O rounded to T, L in fp32, as its
-// kernels write them), D_i = rowsum(dO_i ∘ O_i) in fp32, S and dP as fp32 sums of exact products,
+// kernels' rounding points, from the O (16-bit) and L (fp32) the forward gave the kernels:
+// D_i = rowsum(dO_i ∘ O_i) in fp32, S and dP as fp32 sums of exact products,
 // P = exp(S·scale − L) in fp32, dS = P ∘ (dP − D_i) in fp32, then P and dS rounded to T before
 // the products that take them (the kernels feed them to the tensor cores as 16-bit), dQ, dK, dV
 // accumulated in fp32 and rounded to T at the end. Its error against float64 is what a correct
@@ -24,33 +24,6 @@ float round_to_t(float x) {
     return fa::to_float(fa::from_float<T>(x));
 }
 
-/// L_i (chapter 7's mirror) and D_i of some rows of one head; NaN at the other rows.
-struct HeadStats {
-    std::vector<float> L, Dsum;
-};
-
-template <class T>
-HeadStats head_stats(const fa::AttnProblem& p, const std::vector<float>& dO, std::size_t bh,
-                        const std::vector<int>& rows) {
-    const fa::AttnShape& s = p.shape;
-    const int D = s.D, Bc = ch7::tiles(ch7::kTuned, D).Bc;
-    HeadStats h;
-    h.L.assign(std::size_t(s.N), NAN);
-    h.Dsum.assign(std::size_t(s.N), NAN);
-    fa::parallel_for(rows.size(), [&](std::size_t k) {
-        const int i = rows[k];
-        std::vector<float> O(static_cast<std::size_t>(D));
-        float L = 0;
-        ch7::mirror_rows<T>(s, p.Q.data(), p.K.data(), p.V.data(), bh, i, i + 1, Bc, O.data(), &L);
-        const float* dOi = dO.data() + fa::head_offset(s, bh) + std::size_t(i) * D;
-        float acc = 0.0f;  // line 4: D_i in fp32 from the 16-bit O
-        for (int d = 0; d < D; ++d) acc += dOi[d] * O[std::size_t(d)];
-        h.L[std::size_t(i)] = L;
-        h.Dsum[std::size_t(i)] = acc;
-    });
-    return h;
-}
-
 /// P_ij and dS_ij (fp32) of query i, key j of head bh: lines 10, 11, 13, 14.
 void p_ds(const fa::AttnShape& s, const float* Qi, const float* Kj, const float* Vj, const float* dOi, float L,
           float Dsum, float& P, float& dS) {
@@ -66,19 +39,24 @@ void p_ds(const fa::AttnShape& s, const float* Qi, const float* Kj, const float*
 }  // namespace
 
 template <class T>
-void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, const ch6::SampledBackward& ref,
-                    std::vector<float>& dQ, std::vector<float>& dK, std::vector<float>& dV) {
+void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, const std::vector<float>& O,
+                    const std::vector<float>& L, const ch6::SampledBackward& ref, std::vector<float>& dQ,
+                    std::vector<float>& dK, std::vector<float>& dV) {
     const fa::AttnShape& s = p.shape;
     const std::size_t D = std::size_t(s.D), nr = ref.rows.size();
-    std::vector<int> all(std::size_t(s.N));
-    for (int i = 0; i < s.N; ++i) all[std::size_t(i)] = i;
+    // line 4: D_i = rowsum(dO_i ∘ O_i) in fp32, every row
+    std::vector<float> Dsum(s.rows());
+    fa::parallel_for(s.rows(), [&](std::size_t r) {
+        float acc = 0.0f;
+        for (std::size_t d = 0; d < D; ++d) acc += dO[r * D + d] * O[r * D + d];
+        Dsum[r] = acc;
+    });
     dQ.assign(s.heads_total() * nr * D, NAN);
     dK.assign(ref.heads.size() * nr * D, NAN);
     dV.assign(dK.size(), NAN);
     for (std::size_t bh = 0; bh < s.heads_total(); ++bh) {
         const bool full = std::find(ref.heads.begin(), ref.heads.end(), int(bh)) != ref.heads.end();
-        const HeadStats st = head_stats<T>(p, dO, bh, full ? all : ref.rows);
-        const std::size_t base = fa::head_offset(s, bh);
+        const std::size_t base = fa::head_offset(s, bh), row0 = bh * std::size_t(s.N);
         auto row = [&](const std::vector<float>& x, int i) { return x.data() + base + std::size_t(i) * D; };
         // line 15 at the sampled query rows: dQ_i = scale · Σ_j round(dS_ij) K_j
         fa::parallel_for(nr, [&](std::size_t k) {
@@ -87,8 +65,8 @@ void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, cons
             for (int j = 0; j < s.N; ++j) {
                 if (!s.visible(i, j)) continue;
                 float P, dS;
-                p_ds(s, row(p.Q, i), row(p.K, j), row(p.V, j), row(dO, i), st.L[std::size_t(i)],
-                     st.Dsum[std::size_t(i)], P, dS);
+                p_ds(s, row(p.Q, i), row(p.K, j), row(p.V, j), row(dO, i), L[row0 + std::size_t(i)],
+                     Dsum[row0 + std::size_t(i)], P, dS);
                 const float ds = round_to_t<T>(dS);
                 for (std::size_t d = 0; d < D; ++d) acc[d] += ds * row(p.K, j)[d];
             }
@@ -103,8 +81,8 @@ void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, cons
             for (int i = 0; i < s.N; ++i) {
                 if (!s.visible(i, j)) continue;
                 float P, dS;
-                p_ds(s, row(p.Q, i), row(p.K, j), row(p.V, j), row(dO, i), st.L[std::size_t(i)],
-                     st.Dsum[std::size_t(i)], P, dS);
+                p_ds(s, row(p.Q, i), row(p.K, j), row(p.V, j), row(dO, i), L[row0 + std::size_t(i)],
+                     Dsum[row0 + std::size_t(i)], P, dS);
                 const float pr = round_to_t<T>(P), ds = round_to_t<T>(dS);
                 for (std::size_t d = 0; d < D; ++d) {
                     accV[d] += pr * row(dO, i)[d];
@@ -120,9 +98,10 @@ void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, cons
 }
 
 template <class T>
-MirrorErrors mirror_errors(const fa::AttnProblem& p, const std::vector<float>& dO, const ch6::SampledBackward& ref) {
+MirrorErrors mirror_errors(const fa::AttnProblem& p, const std::vector<float>& dO, const std::vector<float>& O,
+                           const std::vector<float>& L, const ch6::SampledBackward& ref) {
     std::vector<float> dQ, dK, dV;
-    mirror_sampled<T>(p, dO, ref, dQ, dK, dV);
+    mirror_sampled<T>(p, dO, O, L, ref, dQ, dK, dV);
     const fa::Tolerance any{INFINITY, 0.0};  // the mirror's errors are measured, not judged
     MirrorErrors e{{fa::validate("dQ", dQ.data(), ref.dQ.data(), dQ.size(), any),
                     fa::validate("dK", dK.data(), ref.dK.data(), dK.size(), any),
@@ -178,9 +157,11 @@ fa::Tolerance rule_tolerance(const MirrorErrors& mirror) {
 }
 
 #define FA_CH8_MIRROR(T)                                                                                         \
-    template void mirror_sampled<T>(const fa::AttnProblem&, const std::vector<float>&, const ch6::SampledBackward&, \
-                                    std::vector<float>&, std::vector<float>&, std::vector<float>&);              \
+    template void mirror_sampled<T>(const fa::AttnProblem&, const std::vector<float>&, const std::vector<float>&,    \
+                                    const std::vector<float>&, const ch6::SampledBackward&, std::vector<float>&,  \
+                                    std::vector<float>&, std::vector<float>&);                                    \
     template MirrorErrors mirror_errors<T>(const fa::AttnProblem&, const std::vector<float>&,                    \
+                                           const std::vector<float>&, const std::vector<float>&,                  \
                                            const ch6::SampledBackward&);
 FA_CH8_MIRROR(__half)
 FA_CH8_MIRROR(__nv_bfloat16)

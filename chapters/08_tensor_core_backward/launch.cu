@@ -20,9 +20,9 @@ std::string variant_name(int variant) {
 }
 
 std::string BwdTiles::str() const {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "B_c x B_r = %d x %d, %d warps, %d stage%s, K/V in %s; dQ kernel %d x %d",
-                  Bc(), Br, warps, stages, stages > 1 ? "s" : "", kv_in_regs ? "registers" : "smem",
+    char buf[192];
+    std::snprintf(buf, sizeof buf, "B_c x B_r = %d x %d (passes of %d), %d warps, %d stage%s, K/V in %s; dQ kernel %d x %d",
+                  Bc(), Br, sub, warps, stages, stages > 1 ? "s" : "", kv_in_regs ? "registers" : "smem",
                   16 * dq_warps, dq_Bc);
     return buf;
 }

@@ -134,7 +134,7 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& ra, cons
     ch8::MirrorErrors mirror{};
     if (!ra.no_check) {
         ref = ch6::sampled_backward_reference(p, dO.data());
-        mirror = ch8::mirror_errors<T>(p, dO, ref);
+        mirror = ch8::mirror_errors<T>(p, dO, fa::convert_to_float(O.download()), L.download(), ref);
         std::printf("float64 reference at %zu rows of each head (dK, dV in %zu heads); CPU mirror vs float64:\n"
                     "  dQ max_abs %.3e rel_l2 %.3e   dK max_abs %.3e rel_l2 %.3e   dV max_abs %.3e rel_l2 %.3e\n",
                     ref.rows.size(), ref.heads.size(), mirror.err[0].max_abs, mirror.err[0].rel_l2,

@@ -133,10 +133,10 @@ __global__ void convert_dq_kernel(const BwdParams p, long long elements) {
 /// Sᵀ entries outside the problem become −inf (so P = 0): queries or keys past N, and with the
 /// causal mask keys after the query. Row = key (the warp's), column = query (the tile's).
 template <class Cfg>
-__device__ __forceinline__ void mask_transposed(float (&St)[1][Cfg::Br / 8][4], int key0, int q0, int N,
+__device__ __forceinline__ void mask_transposed(float (&St)[1][Cfg::kSub / 8][4], int key0, int q0, int N,
                                                 bool causal, int lane) {
     #pragma unroll
-    for (int n = 0; n < Cfg::Br / 8; ++n)
+    for (int n = 0; n < Cfg::kSub / 8; ++n)
         #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int key = key0 + tc::frag_c_row(lane, i), query = q0 + 8 * n + tc::frag_c_col(lane, i);
@@ -147,10 +147,10 @@ __device__ __forceinline__ void mask_transposed(float (&St)[1][Cfg::Br / 8][4], 
 /// Lines 11 and 14 on the transposed tiles: Pᵀ = exp(Sᵀ − L) (into St) and dSᵀ = Pᵀ ∘ (dPᵀ − D)
 /// (into dPt). Column = query: L2 and D_i of the lane's two query columns per n-tile.
 template <class Cfg>
-__device__ __forceinline__ void p_and_ds(float (&St)[1][Cfg::Br / 8][4], float (&dPt)[1][Cfg::Br / 8][4],
+__device__ __forceinline__ void p_and_ds(float (&St)[1][Cfg::kSub / 8][4], float (&dPt)[1][Cfg::kSub / 8][4],
                                          const float* L2s, const float* Dis, float scale_log2, int lane) {
     #pragma unroll
-    for (int n = 0; n < Cfg::Br / 8; ++n)
+    for (int n = 0; n < Cfg::kSub / 8; ++n)
         #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int q = 8 * n + tc::frag_c_col(lane, i);
@@ -169,25 +169,26 @@ __device__ __forceinline__ int pds_offset(int row, int col) {
         return tc::row_major(row, col, Cfg::Br);
 }
 
-/// Writes a warp's packed A fragments (its 16 key rows, B_r query columns) into a Pᵀ/dSᵀ tile.
+/// Writes a warp's packed A fragments (its 16 key rows r0.., one pass's Sub query columns from
+/// c0) into a Pᵀ/dSᵀ tile.
 template <class Cfg>
-__device__ __forceinline__ void store_a_frags(uint16_t* tile, const uint32_t (&a)[1][Cfg::Br / 16][4], int r0,
-                                              int lane) {
+__device__ __forceinline__ void store_a_frags(uint16_t* tile, const uint32_t (&a)[1][Cfg::kSub / 16][4], int r0,
+                                              int c0, int lane) {
     #pragma unroll
-    for (int kk = 0; kk < Cfg::Br / 16; ++kk)
+    for (int kk = 0; kk < Cfg::kSub / 16; ++kk)
         #pragma unroll
         for (int r = 0; r < 4; ++r)
             *reinterpret_cast<uint32_t*>(tile + pds_offset<Cfg>(r0 + tc::frag_a_row(lane, r),
-                                                                16 * kk + tc::frag_a_col(lane, r, 0))) = a[0][kk][r];
+                                                                c0 + 16 * kk + tc::frag_a_col(lane, r, 0))) = a[0][kk][r];
 }
 
 /// Reads them back (steps 1–3): chapter 7's A-fragment load on a tile of row stride B_r.
 template <class Cfg>
-__device__ __forceinline__ void load_a_frags(uint32_t (&a)[1][Cfg::Br / 16][4], const uint16_t* tile, int r0,
-                                             int lane) {
+__device__ __forceinline__ void load_a_frags(uint32_t (&a)[1][Cfg::kSub / 16][4], const uint16_t* tile, int r0,
+                                             int c0, int lane) {
     #pragma unroll
-    for (int kk = 0; kk < Cfg::Br / 16; ++kk)
-        ch7::load_a_frag<typename Cfg::PdsTile>(a[0][kk], tile, r0, kk, lane);
+    for (int kk = 0; kk < Cfg::kSub / 16; ++kk)
+        ch7::load_a_frag<typename Cfg::PdsTile>(a[0][kk], tile, r0, c0 / 16 + kk, lane);
 }
 
 /// The A fragment of dS (query rows 16mt.., keys 16kk..) from the dSᵀ tile (row = key): the
@@ -287,7 +288,8 @@ __device__ __forceinline__ void load_row_vector(float* dst, const float* src, in
 template <class T, class Cfg, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const BwdParams p) {
 #if FA_TC_SM80
-    constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kStages = Cfg::kStages, kThreads = Cfg::kThreads;
+    constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, Sub = Cfg::kSub, kStages = Cfg::kStages;
+    constexpr int kThreads = Cfg::kThreads;
     using W = typename Cfg::Warp;
     constexpr bool kSwizzled = Cfg::kLdmatrix;                                        // step 2: swizzle
     constexpr tc::Copy kCopy = Cfg::kCpAsync ? tc::Copy::kAsync : tc::Copy::kSync;  // step 3: cp.async
@@ -354,24 +356,38 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const BwdParams 
         const uint16_t* dOs = Qs + Br * D;
         const float* Ls = LD + (i % kStages) * 2 * Br;
 
-        float St[1][Br / 8][4], dPt[1][Br / 8][4];
-        ch7::scores<T, W>(St, Ks, kf, Qs, wk, lane);   // line 10: Sᵀ = K_j Q_iᵀ
-        ch7::scores<T, W>(dPt, Vs, vf, dOs, wk, lane);  // line 13: dPᵀ = V_j dO_iᵀ
-        if (q0 + Br > p.N || k0 + Bc > p.N || (p.causal && wk0 + 15 > q0))  // only edge tiles
-            mask_transposed<Cfg>(St, wk0, q0, p.N, p.causal, lane);
-        p_and_ds<Cfg>(St, dPt, Ls, Ls + Br, p.scale_log2, lane);  // lines 11, 14
-        uint32_t Pa[1][Br / 16][4], dSa[1][Br / 16][4];
-        ch7::pack_p<T, W>(Pa, St);
-        ch7::pack_p<T, W>(dSa, dPt);
-        if constexpr (kStoreDs) store_a_frags<Cfg>(dSt, dSa, wk, lane);
-        if constexpr (!Cfg::kRegsPdS) {  // steps 1–3: Pᵀ and dSᵀ through shared memory
-            store_a_frags<Cfg>(Pt, Pa, wk, lane);
-            __syncwarp();
-            load_a_frags<Cfg>(Pa, Pt, wk, lane);
-            load_a_frags<Cfg>(dSa, dSt, wk, lane);
+        #pragma unroll 1
+        for (int c0 = 0; c0 < Br; c0 += Sub) {  // the tile's query columns, Sub at a time
+            const int qc = q0 + c0;
+            uint32_t Pa[1][Sub / 16][4], dSa[1][Sub / 16][4];
+            if (p.causal && wk0 > qc + Sub - 1) {  // every key of the warp after every query: P = dS = 0
+                if constexpr (kStoreDs) {
+                    #pragma unroll
+                    for (int kk = 0; kk < Sub / 16; ++kk)
+                        #pragma unroll
+                        for (int r = 0; r < 4; ++r) dSa[0][kk][r] = 0;
+                    store_a_frags<Cfg>(dSt, dSa, wk, c0, lane);
+                }
+                continue;
+            }
+            float St[1][Sub / 8][4], dPt[1][Sub / 8][4];
+            ch7::scores<T, W>(St, Ks, kf, Qs + c0 * D, wk, lane);    // line 10: Sᵀ = K_j Q_iᵀ
+            ch7::scores<T, W>(dPt, Vs, vf, dOs + c0 * D, wk, lane);  // line 13: dPᵀ = V_j dO_iᵀ
+            if (qc + Sub > p.N || k0 + Bc > p.N || (p.causal && wk0 + 15 > qc))  // only edge tiles
+                mask_transposed<Cfg>(St, wk0, qc, p.N, p.causal, lane);
+            p_and_ds<Cfg>(St, dPt, Ls + c0, Ls + Br + c0, p.scale_log2, lane);  // lines 11, 14
+            ch7::pack_p<T, W>(Pa, St);
+            ch7::pack_p<T, W>(dSa, dPt);
+            if constexpr (kStoreDs) store_a_frags<Cfg>(dSt, dSa, wk, c0, lane);
+            if constexpr (!Cfg::kRegsPdS) {  // steps 1–3: Pᵀ and dSᵀ through shared memory
+                store_a_frags<Cfg>(Pt, Pa, wk, c0, lane);
+                __syncwarp();
+                load_a_frags<Cfg>(Pa, Pt, wk, c0, lane);
+                load_a_frags<Cfg>(dSa, dSt, wk, c0, lane);
+            }
+            ch7::accumulate_pv<T, W>(dV, Pa, dOs + c0 * D, lane);  // line 12: dV_j += Pᵀ dO_i
+            ch7::accumulate_pv<T, W>(dK, dSa, Qs + c0 * D, lane);  // line 16: dK_j += dSᵀ Q_i
         }
-        ch7::accumulate_pv<T, W>(dV, Pa, dOs, lane);  // line 12: dV_j += Pᵀ dO_i
-        ch7::accumulate_pv<T, W>(dK, dSa, Qs, lane);  // line 16: dK_j += dSᵀ Q_i
         if constexpr (kAtomicDq) {
             __syncthreads();  // dSᵀ complete: line 15 reads every warp's rows
             dq_add<T, Cfg>(p.dQacc + head * D, dSt, Ks, q0, p.N, warp, lane);

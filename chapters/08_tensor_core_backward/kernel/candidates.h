@@ -29,19 +29,23 @@ void for_each_pair(PairList<Pairs...>, F&& f) {
 template <int Step, int D>
 using LadderPair = KernelPair<BwdConfig<Step, D, 4, 64, (Step >= 3 ? 2 : 1), false>, DqConfig<Step, D, 4, 64>>;
 
-/// Step 5's candidates, BwdConfig<5, D, warps, B_r, stages, K/V in registers>. Registers per lane
-/// ≈ dK_j, dV_j (D) + Sᵀ, dPᵀ (B_r/2) + K_j, V_j fragments if kept (D/2) + addresses.
-using Candidates64 = PairList<KernelPair<BwdConfig<5, 64, 4, 64, 2, false>, DqConfig<5, 64, 4, 64>>,
-                             KernelPair<BwdConfig<5, 64, 4, 64, 2, true>, DqConfig<5, 64, 4, 64>>,
-                             KernelPair<BwdConfig<5, 64, 8, 64, 2, false>, DqConfig<5, 64, 8, 64>>,
-                             KernelPair<BwdConfig<5, 64, 8, 64, 2, true>, DqConfig<5, 64, 8, 64>>,
-                             KernelPair<BwdConfig<5, 64, 4, 128, 2, false>, DqConfig<5, 64, 4, 128>>,
-                             KernelPair<BwdConfig<5, 64, 8, 128, 2, false>, DqConfig<5, 64, 8, 128>>>;
-using Candidates128 = PairList<KernelPair<BwdConfig<5, 128, 4, 64, 2, false>, DqConfig<5, 128, 4, 64>>,
-                               KernelPair<BwdConfig<5, 128, 8, 64, 2, false>, DqConfig<5, 128, 8, 64>>,
-                               KernelPair<BwdConfig<5, 128, 4, 64, 3, false>, DqConfig<5, 128, 4, 64>>,
-                               KernelPair<BwdConfig<5, 128, 8, 64, 2, true>, DqConfig<5, 128, 8, 64>>,
-                               KernelPair<BwdConfig<5, 128, 4, 128, 2, false>, DqConfig<5, 128, 8, 64>>>;
+/// Step 5's candidates, BwdConfig<5, D, warps, B_r, stages, K/V in registers, pass width>.
+/// Registers per lane ≈ dK_j, dV_j (D) + one pass's Sᵀ, dPᵀ, Pᵀ, dSᵀ (1.5 · pass width) + K_j, V_j
+/// fragments if kept (D/2) + addresses, at most 255 (`make chapter8 EXTRA_NVCCFLAGS=-Xptxas=-v`).
+template <class Bwd, int DqWarps>
+using Tuned = KernelPair<Bwd, DqConfig<5, Bwd::D, DqWarps, 64>>;
+using Candidates64 = PairList<Tuned<BwdConfig<5, 64, 4, 64, 2, false, 64>, 4>,
+                             Tuned<BwdConfig<5, 64, 8, 64, 2, false, 64>, 8>,
+                             Tuned<BwdConfig<5, 64, 8, 64, 2, true, 64>, 8>,
+                             Tuned<BwdConfig<5, 64, 8, 128, 2, false, 64>, 8>,
+                             Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32>, 8>,
+                             Tuned<BwdConfig<5, 64, 4, 128, 2, false, 32>, 4>>;
+using Candidates128 = PairList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 32>, 4>,
+                               Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32>, 8>,
+                               Tuned<BwdConfig<5, 128, 8, 64, 2, false, 64>, 8>,
+                               Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32>, 8>,
+                               Tuned<BwdConfig<5, 128, 4, 128, 2, false, 32>, 4>,
+                               Tuned<BwdConfig<5, 128, 8, 64, 3, false, 32>, 8>>;
 
 /// Step 5's default candidate per head dim (./chapter8 --sweep; README, step 5).
 constexpr int kTunedCandidate64 = 2;
