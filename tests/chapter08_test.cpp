@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "../chapters/08_tensor_core_backward/chapter8.h"
-#include "../common/attention.h"
+#include "../common/attention_gpu.h"
 #include "../common/device.h"
 #include "../common/dtype.h"
 #include "../common/reference.h"
@@ -42,9 +42,7 @@ template <class T>
 Case<T> make_case(const fa::AttnShape& s, std::uint64_t seed, double magnitude = 1.0, bool gpu = false) {
     Case<T> c;
     c.p = fa::make_problem(s, seed, magnitude);
-    fa::round_to<T>(c.p.Q);
-    fa::round_to<T>(c.p.K);
-    fa::round_to<T>(c.p.V);
+    fa::round_inputs_to<T>(c.p);
     c.dO = ch6::make_upstream_gradient(s, seed);
     fa::round_to<T>(c.dO);
     const std::vector<T> Q = fa::convert_from_float<T>(c.p.Q), K = fa::convert_from_float<T>(c.p.K),

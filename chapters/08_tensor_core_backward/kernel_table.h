@@ -8,7 +8,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include "../../common/dispatch.h"
 #include "../../common/math.h"
 #include "chapter8.h"
 #include "kernel/backward.cuh"
@@ -40,39 +39,29 @@ KernelEntry entry_of() {
             preprocess_kernel<T, B::D>, convert_dq_kernel<T>};
 }
 
-template <class T, class List>
-std::vector<KernelEntry> entries_of(List list) {
-    std::vector<KernelEntry> out;
-    for_each_pair(list, [&](auto pair) { out.push_back(entry_of<T, decltype(pair)>()); });
-    return out;
+/// The entries of a list of KernelPairs, in order.
+template <class T, class... Pairs>
+std::vector<KernelEntry> entries_of(ch7::ConfigList<Pairs...>) {
+    return {entry_of<T, Pairs>()...};
 }
 
-/// Step 5's candidates for head dim D (64 or 128).
+/// Steps 1–4 (index variant − 1) and step 5's candidates, for head dim D (64 or 128).
+template <class T>
+const std::vector<KernelEntry>& kernel_ladder(int D) {
+    static const std::vector<KernelEntry> l64 = entries_of<T>(Ladder<64>{}), l128 = entries_of<T>(Ladder<128>{});
+    return D == 64 ? l64 : l128;
+}
 template <class T>
 const std::vector<KernelEntry>& kernel_candidates(int D) {
-    static const std::vector<KernelEntry> c64 = entries_of<T>(Candidates64{});
-    static const std::vector<KernelEntry> c128 = entries_of<T>(Candidates128{});
+    static const std::vector<KernelEntry> c64 = entries_of<T>(Candidates64{}), c128 = entries_of<T>(Candidates128{});
     return D == 64 ? c64 : c128;
-}
-
-template <class T, int D>
-KernelEntry ladder_entry(int variant) {
-    switch (variant) {
-        case kDirect: return entry_of<T, LadderPair<1, D>>();
-        case kLdmatrix: return entry_of<T, LadderPair<2, D>>();
-        case kCpAsync: return entry_of<T, LadderPair<3, D>>();
-        default: return entry_of<T, LadderPair<4, D>>();
-    }
 }
 
 /// The kernels for (variant, D, candidate); the arguments must be valid (unsupported_reason empty).
 template <class T>
 KernelEntry kernel_entry(int variant, int D, int candidate) {
-    if (variant == kTuned) {
-        const int c = candidate >= 0 ? candidate : tuned_candidate(D);
-        return kernel_candidates<T>(D)[std::size_t(c)];
-    }
-    return fa::with_head_dim<64, 128>(D, [&](auto d) { return ladder_entry<T, decltype(d)::value>(variant); });
+    if (variant != kTuned) return kernel_ladder<T>(D)[std::size_t(variant - 1)];
+    return kernel_candidates<T>(D)[std::size_t(candidate >= 0 ? candidate : tuned_candidate(D))];
 }
 
 /// The kernels' parameters for device (or, emulated, host) arrays.

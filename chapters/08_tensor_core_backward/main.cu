@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../../common/attention.h"
+#include "../../common/attention_gpu.h"
 #include "../../common/check.h"
 #include "../../common/cli.h"
 #include "../../common/device.h"
@@ -89,9 +89,7 @@ template <class T>
 int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& ra, const Options& o,
         const fa::DeviceInfo& dev) {
     fa::AttnProblem p = fa::problem_from_args(cli, attn, ra);
-    fa::round_to<T>(p.Q);
-    fa::round_to<T>(p.K);
-    fa::round_to<T>(p.V);
+    fa::round_inputs_to<T>(p);
     const fa::AttnShape& s = p.shape;
     const std::vector<Job> jobs = jobs_of(o, s.D);
     for (const Job& j : jobs) {

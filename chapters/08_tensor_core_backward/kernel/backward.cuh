@@ -59,24 +59,6 @@ struct BwdParams {
 /// Rows of the padded row vectors L2 and Di: the largest B_r divides it.
 constexpr int kRowPad = 128;
 
-#if FA_TC_SM80
-
-/// One 16-bit element (raw bits) as a float.
-template <class T>
-__device__ __forceinline__ float to_float_bits(uint16_t bits) {
-    if constexpr (std::is_same_v<T, __half>) {
-        __half_raw raw;
-        raw.x = bits;
-        return __half2float(__half(raw));
-    } else {
-        __nv_bfloat16_raw raw;
-        raw.x = bits;
-        return __bfloat162float(__nv_bfloat16(raw));
-    }
-}
-
-#endif  // FA_TC_SM80
-
 // The kernels exist in every build; their bodies need compute capability 8.0 (FA_TC_SM80) and
 // __trap() otherwise (the host refuses older devices before launching).
 
@@ -99,7 +81,7 @@ __global__ void preprocess_kernel(const BwdParams p) {
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
             const int shift = 16 * (e % 2);
-            acc += to_float_bits<T>(uint16_t(ow[e / 2] >> shift)) * to_float_bits<T>(uint16_t(dw[e / 2] >> shift));
+            acc += tc::bits_to_float<T>(uint16_t(ow[e / 2] >> shift)) * tc::bits_to_float<T>(uint16_t(dw[e / 2] >> shift));
         }
     }
     #pragma unroll
