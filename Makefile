@@ -54,8 +54,9 @@ USES_4 := 2 3
 USES_5 := 2 3 4
 USES_6 := 2 3 4 5
 USES_7 :=
-USES_10 := 2 7
+USES_8 := 2 3 4 5 6 7
 USES_9 := 7
+USES_10 := 2 7
 
 main_src = $(wildcard $(call dir_of,$(1))/main.cu $(call dir_of,$(1))/main.cpp)
 lib_srcs = $(filter-out %/main.cu %/main.cpp,$(shell find $(call dir_of,$(1)) -name '*.cu' -o -name '*.cpp' | sort))
@@ -191,7 +192,7 @@ clean-exercises:
 # BENCH_TIMEOUT (seconds per run), BENCH_OUT=file; BENCH_DRY_RUN=1 prints the commands only.
 # Chapter 5 is always built: it writes each shape's inputs once for the other programs.
 PYTHON ?= python3
-BENCH_CHAPTERS ?= 3 4 5 6 7
+BENCH_CHAPTERS ?= 3 4 5 6 7 8
 BENCH_PROGRAMS = $(addprefix chapter,$(sort $(BENCH_CHAPTERS) 5))
 BENCH_GIVEN = $(foreach v,$(sort $(filter BENCH_%,$(.VARIABLES))),$(if $(filter command line environment,$(origin $(v))),$(v)='$($(v))'))
 BENCH_FLAGS = --chapters "$(BENCH_CHAPTERS)" $(if $(BENCH_D),--dims "$(BENCH_D)") \

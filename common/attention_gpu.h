@@ -19,6 +19,15 @@
 
 namespace fa {
 
+/// Rounds Q, K, V to T in place: the inputs a T kernel reads, which the float64 reference then
+/// uses too (so that its error is the kernel's alone).
+template <class T>
+void round_inputs_to(AttnProblem& p) {
+    round_to<T>(p.Q);
+    round_to<T>(p.K);
+    round_to<T>(p.V);
+}
+
 /// Q, K, V, O (element type T) and L (float) of one problem on the device.
 template <class T>
 struct DeviceAttention {

@@ -63,7 +63,8 @@ class Run:
 
 # What the sweep runs, per chapter. `repeat` is small where one run is long (the readable
 # one-thread-per-row kernels). Chapter 6 with no --dq runs both dQ strategies and the naive
-# backward; chapter 7's --ladder runs kernels 1 to 6 on the same inputs, one row each.
+# backward; chapter 7's --ladder runs kernels 1 to 6 on the same inputs, one row each; chapter 8's
+# --ladder runs its kernels 1 to 5 with both dQ strategies.
 RUNS = [
     Run(3, "kernel 1", ["--kernel", "1"], repeat=5),
     Run(3, "kernel 2", ["--kernel", "2"], repeat=10),
@@ -74,6 +75,8 @@ RUNS = [
     Run(6, "backward", [], repeat=5),
     Run(7, "fp16 ladder", ["--dtype", "fp16", "--ladder"], repeat=10, dims=(64, 128)),
     Run(7, "bf16 ladder", ["--dtype", "bf16", "--ladder"], repeat=10, dims=(64, 128)),
+    Run(8, "bf16 backward ladder", ["--dtype", "bf16", "--ladder"], repeat=10, dims=(64, 128)),
+    Run(8, "fp16 backward", ["--dtype", "fp16"], repeat=10, dims=(64, 128)),
 ]
 GPU_CHAPTERS = sorted({r.chapter for r in RUNS})
 

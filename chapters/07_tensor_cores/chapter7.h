@@ -128,6 +128,12 @@ struct RuleVerdict {
 };
 RuleVerdict low_precision_rule(const fa::ForwardCheck& kernel, const MirrorErrors& mirror);
 
+/// One line of the rule for one output (also chapter 8's for dQ, dK, dV): the kernel's max abs
+/// error and relative L2 error (k) at most 2 · the mirror's (m) + floor_abs, resp. + floor_rel,
+/// nothing non-finite; appends the comparison to `text` and returns the verdict.
+bool rule_line(const char* name, const fa::Validation& k, const fa::Validation& m, double floor_abs,
+               double floor_rel, std::string& text);
+
 /// Element-wise tolerance for fa::check_forward (which applies one tolerance to O and L): the
 /// larger of the rule's two max-abs bounds. The rule itself (low_precision_rule) is the verdict.
 fa::Tolerance rule_tolerance(const MirrorErrors& mirror);

@@ -102,9 +102,6 @@ MirrorErrors mirror_errors(const fa::AttnProblem& p, int Bc) {
     return e;
 }
 
-namespace {
-
-/// One line of the rule for one output: error ≤ 2 · mirror + floor, for max abs and rel L2.
 bool rule_line(const char* name, const fa::Validation& k, const fa::Validation& m, double floor_abs,
                double floor_rel, std::string& text) {
     const double bound_abs = 2.0 * m.max_abs + floor_abs, bound_rel = 2.0 * m.rel_l2 + floor_rel;
@@ -120,8 +117,6 @@ bool rule_line(const char* name, const fa::Validation& k, const fa::Validation& 
     text += buf;
     return ok;
 }
-
-}  // namespace
 
 RuleVerdict low_precision_rule(const fa::ForwardCheck& kernel, const MirrorErrors& mirror) {
     RuleVerdict v{true, ""};

@@ -16,6 +16,7 @@
 
 /// Tells ptx.cuh that the emulated instructions are declared.
 #define FA_TC_EMULATED_PTX 1
+#include "ptx.cuh"  // pack2, bits_to_float: plain conversions, the same in both builds
 
 namespace tc {
 inline namespace emulated {
@@ -25,16 +26,7 @@ namespace isa {
 /// The 16-bit value in half `e` (0: bits 0–15) of a 32-bit register, as a float.
 template <class T>
 float element(std::uint32_t reg, int e) {
-    const unsigned short bits = static_cast<unsigned short>(e ? reg >> 16 : reg & 0xFFFFu);
-    if constexpr (std::is_same_v<T, __half>) {
-        __half_raw raw;
-        raw.x = bits;
-        return __half2float(__half(raw));
-    } else {
-        __nv_bfloat16_raw raw;
-        raw.x = bits;
-        return __bfloat162float(__nv_bfloat16(raw));
-    }
+    return bits_to_float<T>(static_cast<std::uint16_t>(e ? reg >> 16 : reg & 0xFFFFu));
 }
 
 /// PTX ISA, mma.m16n8k16 with .f16/.bf16 A: a lane holds a0..a7 (two per register);

@@ -93,6 +93,13 @@ inline int __any_sync(unsigned, int predicate) {
         if (all[l]) return 1;
     return 0;
 }
+/// atomicAdd: fibers run one at a time and switch only at collectives and barriers, so a plain
+/// read-modify-write is atomic here.
+inline float atomicAdd(float* address, float value) {
+    const float old = *address;
+    *address = old + value;
+    return old;
+}
 [[noreturn]] inline void __trap() { ::tc::emu::trap("__trap()"); }
 
 #include "emulator_runtime.h"

@@ -112,5 +112,19 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     return bits;
 }
 
+/// The 16-bit value `bits` of type T (half or bfloat16) as a float (exact).
+template <class T>
+__device__ __forceinline__ float bits_to_float(uint16_t bits) {
+    if constexpr (std::is_same_v<T, __half>) {
+        __half_raw raw;
+        raw.x = bits;
+        return __half2float(__half(raw));
+    } else {
+        __nv_bfloat16_raw raw;
+        raw.x = bits;
+        return __bfloat162float(__nv_bfloat16(raw));
+    }
+}
+
 }  // namespace FA_TC_KERNELS
 }  // namespace tc

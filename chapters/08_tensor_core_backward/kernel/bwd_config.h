@@ -1,0 +1,95 @@
+/// @file bwd_config.h
+/// @brief Chapter 8: the tile shape of a backward kernel, once at compile time (BwdConfig, DqConfig)
+/// and once at run time (BwdTiles, what the program, the tests and the sweep print). Plain C++.
+#pragma once
+
+#include <string>
+
+#include "../../07_tensor_cores/kernel/tile_config.h"
+
+namespace ch8 {
+
+/// The run-time view of a backward kernel's tiles.
+struct BwdTiles {
+    int warps;        ///< warps of the dK/dV kernel; each owns 16 key rows, so B_c = 16 · warps
+    int Br;           ///< query rows per inner-loop tile Q_i, dO_i
+    int sub;          ///< query columns a warp's Sᵀ, dPᵀ hold at a time (B_r in B_r/sub passes)
+    int stages;       ///< Q_i/dO_i/L_i/D_i buffers (1: loaded synchronously each tile)
+    bool kv_in_regs;  ///< the A fragments of K_j and V_j kept in registers for the whole inner loop
+    int dq_warps;     ///< warps of the separate dQ kernel (--dq split); B_r of that kernel = 16 · dq_warps
+    int dq_Bc;        ///< keys per K_j/V_j tile of the separate dQ kernel
+    constexpr int Bc() const { return 16 * warps; }
+    /// "B_c x B_r = 64 x 64 (passes of 32), 4 warps, 2 stages, K/V in smem; dQ kernel 64 x 64".
+    std::string str() const;
+};
+
+/// The dK/dV kernel (FA2 Algorithm 2, lines 5–19), its features switched on by `Step` (1..5):
+///   1  mma.sync m16n8k16 on fragments read pair by pair from row-major tiles; Pᵀ and dSᵀ go
+///      through shared memory and are read back as A fragments
+///   2  ldmatrix (.trans for Qᵀ, dOᵀ as B operands and dS as the A operand of dQ) from XOR-swizzled tiles
+///   3  cp.async pipeline of `Stages` buffers for Q_i, dO_i, L_i, D_i
+///   4  Pᵀ and dSᵀ stay in registers as the A operands of dV_j and dK_j (only dSᵀ is stored, for dQ)
+///   5  tiles and warps per head dim (candidates.h, --sweep)
+/// Warp w owns key rows 16w..16w+15 of the block's K_j, V_j (B_c = 16 · Warps): it computes the
+/// transposed tiles Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ (16 × B_r), so that Pᵀ and dSᵀ are already
+/// the A fragments of dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i, and dK_j, dV_j (16 × D) stay in its registers.
+/// It does so `Sub` query columns at a time (B_r / Sub passes over the Q_i tile): Sᵀ, dPᵀ, Pᵀ and
+/// dSᵀ of one pass take Sub/2 + Sub/2 + Sub/4 + Sub/4 registers next to dK_j, dV_j's D.
+template <int Step, int D_, int Warps, int Br_, int Stages, bool KVInRegs, int Sub = Br_>
+struct BwdConfig {
+    static constexpr int kStep = Step;
+    static constexpr int D = D_;
+    static constexpr int kWarps = Warps;
+    static constexpr int kThreads = 32 * Warps;
+    static constexpr int Bc = 16 * Warps;
+    static constexpr int Br = Br_;
+    static constexpr int kSub = Sub;
+    static constexpr int kStages = Stages;
+    static constexpr bool kKVInRegs = KVInRegs;
+
+    static constexpr bool kLdmatrix = Step >= 2;  ///< ldmatrix(.trans) + swizzled shared memory
+    static constexpr bool kCpAsync = Step >= 3;   ///< cp.async pipeline of the Q_i/dO_i tiles
+    static constexpr bool kRegsPdS = Step >= 4;   ///< Pᵀ, dSᵀ as register A operands
+
+    /// Chapter 7's view of one warp's products: A = the warp's 16 rows of K_j (or V_j), B = the B_r
+    /// rows of Q_i (or dO_i); its scores(), pack_p() and accumulate_pv() do the mma work.
+    using Warp = ch7::MmaConfig<(Step >= 2 ? 3 : 2), D_, Warps, 1, Sub, 1, KVInRegs>;
+    /// The Pᵀ and dSᵀ tiles (B_c × B_r): row stride B_r, as chapter 7's load_a_frag reads them.
+    struct PdsTile {
+        static constexpr int D = Br_;
+        static constexpr bool kLdmatrix = Step >= 2;
+    };
+
+    /// Shared memory (bytes): K_j, V_j; per stage Q_i, dO_i (16-bit) and L_i, D_i (fp32); dSᵀ; Pᵀ
+    /// while it goes through shared memory (steps 1–3).
+    static constexpr int kSmemBytes =
+        2 * (2 * Bc * D + Stages * 2 * Br * D + Bc * Br + (Step >= 4 ? 0 : Bc * Br)) + Stages * 2 * Br * 4;
+    static constexpr BwdTiles tiles(int dq_warps, int dq_Bc) { return {Warps, Br_, Sub, Stages, KVInRegs, dq_warps, dq_Bc}; }
+
+    static_assert(Step >= 1 && Step <= 5, "BwdConfig: steps 1..5");
+    static_assert(D == 64 || D == 128, "BwdConfig: head dim 64 or 128");
+    static_assert(Br == 64 || Br == 128, "BwdConfig: B_r of 64 or 128 (the swizzled dSᵀ rows)");
+    static_assert(kCpAsync ? Stages >= 2 : Stages == 1, "BwdConfig: cp.async needs >= 2 stages");
+    static_assert(Br % Sub == 0 && Sub % 16 == 0, "BwdConfig: B_r in passes of a multiple of 16 columns");
+    static_assert(Br <= 2 * kThreads, "BwdConfig: L_i and D_i load in one pass");
+    static_assert(!KVInRegs || Step >= 4, "BwdConfig: K/V fragments in registers from step 4");
+};
+
+/// The separate dQ kernel of --dq split (Algorithm 2's line 15 with the loops swapped: Q_i outer,
+/// K_j inner): warp w owns query rows 16w..16w+15 (B_r = 16 · Warps); S = Q_i K_jᵀ and
+/// dP = dO_i V_jᵀ as in chapter 7's forward, dS in registers as the A operand of dQ_i += dS K_j.
+template <int Step, int D_, int Warps, int Bc_>
+struct DqConfig {
+    static constexpr int D = D_;
+    static constexpr int kThreads = 32 * Warps;
+    static constexpr int Br = 16 * Warps;
+    static constexpr int Bc = Bc_;
+    static constexpr bool kLdmatrix = Step >= 2;
+    static constexpr bool kCpAsync = Step >= 3;
+    static constexpr int kStages = kCpAsync ? 2 : 1;
+    using Warp = ch7::MmaConfig<(Step >= 2 ? 3 : 2), D_, Warps, 1, Bc_, 1, false>;
+    /// Q_i, dO_i, and per stage K_j, V_j (16-bit).
+    static constexpr int kSmemBytes = 2 * (2 * Br * D + kStages * 2 * Bc * D);
+};
+
+}  // namespace ch8

@@ -1,0 +1,48 @@
+/// @file candidates.h
+/// @brief Chapter 8: the tile configurations of the ladder and of step 5's search, listed once
+/// for the GPU launcher (launch.cu) and the CPU emulator (emulator/emulated_kernels.cpp).
+#pragma once
+
+#include "../../07_tensor_cores/kernel/candidates.h"
+#include "bwd_config.h"
+
+namespace ch8 {
+
+/// A dK/dV kernel configuration with the separate dQ kernel that goes with it (--dq split);
+/// lists of them are chapter 7's ConfigList.
+template <class Bwd, class Dq>
+struct KernelPair {
+    using BwdCfg = Bwd;
+    using DqCfg = Dq;
+};
+
+/// Steps 1–4: 4 warps (B_c = 64), B_r = 64; one Q_i buffer until step 3, then two. The dQ kernel:
+/// 4 warps (B_r = 64), B_c = 64.
+template <int Step, int D>
+using LadderPair = KernelPair<BwdConfig<Step, D, 4, 64, (Step >= 3 ? 2 : 1), false>, DqConfig<Step, D, 4, 64>>;
+template <int D>
+using Ladder = ch7::ConfigList<LadderPair<1, D>, LadderPair<2, D>, LadderPair<3, D>, LadderPair<4, D>>;
+
+/// Step 5's candidates, BwdConfig<5, D, warps, B_r, stages, K/V in registers, pass width>.
+/// Registers per lane ≈ dK_j, dV_j (D) + one pass's Sᵀ, dPᵀ, Pᵀ, dSᵀ (1.5 · pass width) + K_j, V_j
+/// fragments if kept (D/2) + addresses, at most 255 (`make chapter8 EXTRA_NVCCFLAGS=-Xptxas=-v`).
+template <class Bwd, int DqWarps>
+using Tuned = KernelPair<Bwd, DqConfig<5, Bwd::D, DqWarps, 64>>;
+using Candidates64 = ch7::ConfigList<Tuned<BwdConfig<5, 64, 4, 64, 2, false, 64>, 4>,
+                                      Tuned<BwdConfig<5, 64, 8, 64, 2, false, 64>, 8>,
+                                      Tuned<BwdConfig<5, 64, 8, 64, 2, true, 64>, 8>,
+                                      Tuned<BwdConfig<5, 64, 8, 128, 2, false, 64>, 8>,
+                                      Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32>, 8>,
+                                      Tuned<BwdConfig<5, 64, 4, 128, 2, false, 32>, 4>>;
+using Candidates128 = ch7::ConfigList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 32>, 4>,
+                                        Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32>, 8>,
+                                        Tuned<BwdConfig<5, 128, 8, 64, 2, false, 64>, 8>,
+                                        Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32>, 8>,
+                                        Tuned<BwdConfig<5, 128, 4, 128, 2, false, 32>, 4>,
+                                        Tuned<BwdConfig<5, 128, 8, 64, 3, false, 32>, 8>>;
+
+/// Step 5's default candidate per head dim (./chapter8 --sweep; README, step 5).
+constexpr int kTunedCandidate64 = 2;
+constexpr int kTunedCandidate128 = 1;
+
+}  // namespace ch8

@@ -1,0 +1,148 @@
+// Chapter 8: the launch of the backward kernels (kernel/backward.cuh): which compiled kernels run
+// (kernel_table.h), their shared-memory limits raised once, the grids, the workspace.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../../common/check.h"
+#include "../../common/device.h"
+#include "chapter8.h"
+#include "kernel_table.h"
+
+namespace ch8 {
+
+const char* strategy_name(int strategy) { return strategy == kAtomic ? "atomic" : "split"; }
+
+std::string variant_name(int variant) {
+    static const char* names[] = {"1-direct-port", "2-ldmatrix-swizzle", "3-cp-async", "4-registers", "5-tuned"};
+    if (variant < kFirstVariant || variant > kLastVariant) return "unknown";
+    return names[variant - 1];
+}
+
+std::string BwdTiles::str() const {
+    char buf[192];
+    std::snprintf(buf, sizeof buf, "B_c x B_r = %d x %d (passes of %d), %d warps, %d stage%s, K/V in %s; dQ kernel %d x %d",
+                  Bc(), Br, sub, warps, stages, stages > 1 ? "s" : "", kv_in_regs ? "registers" : "smem",
+                  16 * dq_warps, dq_Bc);
+    return buf;
+}
+
+std::vector<BwdTiles> tuning_candidates(int D) {
+    std::vector<BwdTiles> out;
+    if (D != 64 && D != 128) return out;
+    for (const KernelEntry& e : kernel_candidates<__half>(D)) out.push_back(e.tiles);
+    return out;
+}
+
+int tuned_candidate(int D) { return D == 64 ? kTunedCandidate64 : kTunedCandidate128; }
+
+BwdTiles tiles(int variant, int D, int candidate) { return kernel_entry<__half>(variant, D, candidate).tiles; }
+
+int padded_rows(int N) { return fa::ceil_div(N, kRowPad) * kRowPad; }
+
+std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidate) {
+    char buf[224];
+    if (variant < kFirstVariant || variant > kLastVariant) {
+        std::snprintf(buf, sizeof buf, "kernel %d does not exist (chapter 8 has kernels %d..%d)", variant,
+                      kFirstVariant, kLastVariant);
+        return buf;
+    }
+    if (s.D != 64 && s.D != 128) {
+        std::snprintf(buf, sizeof buf,
+                      "head dim %d is not supported: chapter 8's kernels (and chapter 7's forward) are "
+                      "compiled for D = 64 and D = 128", s.D);
+        return buf;
+    }
+    const int n = int(tuning_candidates(s.D).size());
+    if (candidate >= 0 && (variant != kTuned || candidate >= n)) {
+        std::snprintf(buf, sizeof buf, "tile candidate %d: only kernel 5 has candidates, 0..%d for D = %d",
+                      candidate, n - 1, s.D);
+        return buf;
+    }
+    if (s.N < 1 || s.B < 1 || s.H < 1 || s.B > 65535 || s.H > 65535 ||
+        double(s.elements()) > 2e9) {
+        std::snprintf(buf, sizeof buf, "shape %s is outside what chapter 8 launches "
+                      "(N >= 1, 1 <= B, H <= 65535, B*H*N*D < 2^31)", s.str().c_str());
+        return buf;
+    }
+    return "";
+}
+
+std::size_t workspace_floats(const fa::AttnShape& s, int strategy) {
+    return 2 * s.heads_total() * std::size_t(padded_rows(s.N)) + (strategy == kAtomic ? s.elements() : 0);
+}
+
+Workspace split_workspace(float* base, const fa::AttnShape& s, int strategy) {
+    const std::size_t rows = s.heads_total() * std::size_t(padded_rows(s.N));
+    return {base, base + rows, strategy == kAtomic ? base + 2 * rows : nullptr};
+}
+
+namespace {
+
+template <class T>
+void launch_part(int part, const KernelEntry& e, int strategy, const fa::AttnShape& s, const BwdParams& p) {
+    if (part == 0) {
+        if (strategy == kAtomic) CUDA_CHECK(cudaMemsetAsync(p.dQacc, 0, s.elements() * sizeof(float)));
+        e.preprocess<<<preprocess_grid(s), 128>>>(p);
+        CUDA_CHECK_LAUNCH();
+    } else if (part == 1) {
+        auto kernel = strategy == kAtomic ? e.dkdv_atomic : e.dkdv_only;
+        fa::allow_dynamic_smem_once(kernel, std::size_t(e.smem_bytes), "chapter 8 dK/dV kernel");
+        kernel<<<dkdv_grid(s, e), e.threads(), e.smem_bytes>>>(p);
+        CUDA_CHECK_LAUNCH();
+    } else if (strategy == kAtomic) {
+        e.convert<<<convert_grid(s), 128>>>(p, (long long)s.elements());
+        CUDA_CHECK_LAUNCH();
+    } else {
+        fa::allow_dynamic_smem_once(e.dq, std::size_t(e.dq_smem_bytes), "chapter 8 dQ kernel");
+        e.dq<<<dq_grid(s, e), e.dq_threads(), e.dq_smem_bytes>>>(p);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+void require_supported(int variant, const fa::AttnShape& s, int candidate) {
+    const std::string why = unsupported_reason(variant, s, candidate);
+    if (!why.empty()) {
+        std::fprintf(stderr, "ch8::backward: %s\n", why.c_str());
+        std::exit(2);
+    }
+}
+
+}  // namespace
+
+template <class T>
+void backward_part(int part, int variant, int strategy, const fa::AttnShape& s, const BwdTensors<T>& t,
+                   const Workspace& w, int candidate) {
+    require_supported(variant, s, candidate);
+    launch_part<T>(part, kernel_entry<T>(variant, s.D, candidate), strategy, s, make_params(s, t, w));
+}
+
+template <class T>
+void backward(int variant, int strategy, const fa::AttnShape& s, const BwdTensors<T>& t, const Workspace& w,
+              int candidate) {
+    require_supported(variant, s, candidate);
+    const KernelEntry e = kernel_entry<T>(variant, s.D, candidate);
+    const BwdParams p = make_params(s, t, w);
+    for (int part = 0; part < 3; ++part) launch_part<T>(part, e, strategy, s, p);
+}
+
+template <class T>
+ch7::KernelResources kernel_resources(int variant, int D, int candidate) {
+    const KernelEntry e = kernel_entry<T>(variant, D, candidate);
+    fa::allow_dynamic_smem_once(e.dkdv_atomic, std::size_t(e.smem_bytes), "chapter 8 dK/dV kernel");
+    cudaFuncAttributes a{};
+    CUDA_CHECK(cudaFuncGetAttributes(&a, e.dkdv_atomic));
+    int blocks = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, e.dkdv_atomic, e.threads(), e.smem_bytes));
+    return {a.numRegs, a.localSizeBytes, e.threads(), e.smem_bytes, blocks};
+}
+
+#define FA_CH8_INSTANTIATE(T)                                                                                  \
+    template void backward<T>(int, int, const fa::AttnShape&, const BwdTensors<T>&, const Workspace&, int);     \
+    template void backward_part<T>(int, int, int, const fa::AttnShape&, const BwdTensors<T>&, const Workspace&, \
+                                   int);                                                                       \
+    template ch7::KernelResources kernel_resources<T>(int, int, int);
+FA_CH8_INSTANTIATE(__half)
+FA_CH8_INSTANTIATE(__nv_bfloat16)
+
+}  // namespace ch8

@@ -1,0 +1,282 @@
+// Chapter 8 program: FlashAttention-2 backward on tensor cores, fp16 or bf16.
+//
+//   make chapter8 && ./chapter8                                  kernel 5 (tuned), bf16, D = 64, both dQ strategies
+//   ./chapter8 --kernel 2 --dtype fp16 --dim 128 --causal        one step of the ladder
+//   ./chapter8 --ladder --bench --seq 8192 --batch 2 --heads 16 --dim 128
+//                                                                every step, and the mma.sync rate
+//   ./chapter8 --sweep --seq 8192 --batch 2 --heads 16 --dim 128 time step 5's tile candidates
+//   ./chapter8 --fp32 --train ...                                also chapter 6's fp32 backward, and
+//                                                                forward + backward together
+//
+// O and L come from chapter 7's tuned forward, as in training. Prints the device, the problem, the
+// CPU mirror's error (the low-precision baseline), then per kernel and dQ strategy: tiles and
+// resources, the check of dQ, dK, dV against the float64 reference with the 2× rule, the time
+// (TF/s with backward FLOPs = 2.5 × forward) and its split into preprocess, dK/dV kernel and dQ.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../../common/attention_gpu.h"
+#include "../../common/check.h"
+#include "../../common/cli.h"
+#include "../../common/device.h"
+#include "../../common/dtype.h"
+#include "../../common/gpu_timer.h"
+#include "../../common/math.h"
+#include "../../common/npy.h"
+#include "../../common/results.h"
+#include "../06_backward/device_backward.h"
+#include "chapter8.h"
+
+namespace {
+
+struct Options {
+    std::string dtype = "bf16", dq = "both";
+    int kernel = ch8::kTuned, tiles = -1;
+    bool ladder = false, sweep = false, bench = false, fp32 = false, train = false;
+};
+
+struct Job {
+    int variant, candidate, strategy;
+};
+
+struct Row {
+    std::string name, tiles;
+    ch7::KernelResources res;
+    double median_ms = 0, tflops = 0;
+    bool timed = false, checked = false, passed = true;
+};
+
+std::vector<Job> jobs_of(const Options& o, int D) {
+    std::vector<int> strategies;
+    if (o.dq != "split") strategies.push_back(ch8::kAtomic);
+    if (o.dq != "atomic") strategies.push_back(ch8::kSplit);
+    std::vector<Job> jobs;
+    for (int st : strategies) {
+        if (o.ladder)
+            for (int v = ch8::kFirstVariant; v <= ch8::kLastVariant; ++v) jobs.push_back({v, -1, st});
+        if (o.sweep)
+            for (int c = 0; c < int(ch8::tuning_candidates(D).size()); ++c) jobs.push_back({ch8::kTuned, c, st});
+        if (!o.ladder && !o.sweep) jobs.push_back({o.kernel, o.tiles, st});
+    }
+    return jobs;
+}
+
+// Device bytes a backward must move at least: Q, K, V, O, dO read, dQ, dK, dV written (T), L read.
+double backward_io_bytes(const fa::AttnShape& s, std::size_t elem) {
+    return 8.0 * double(s.elements()) * double(elem) + double(s.rows()) * sizeof(float);
+}
+
+void print_summary(const std::vector<Row>& rows, double mma) {
+    std::printf("\n%-26s %-80s %5s %6s %7s %4s %10s %9s", "kernel", "tiles", "regs", "spill", "smem KB", "blk",
+                "median ms", "TF/s");
+    if (mma > 0) std::printf(" %9s", "% of mma");
+    std::printf("  check\n");
+    for (const Row& r : rows) {
+        std::printf("%-26s %-80s %5d %6zu %7.1f %4d", r.name.c_str(), r.tiles.c_str(), r.res.registers,
+                    r.res.local_bytes, r.res.smem_bytes / 1024.0, r.res.blocks_per_sm);
+        if (r.timed) std::printf(" %10.4f %9.2f", r.median_ms, r.tflops);
+        else std::printf(" %10s %9s", "-", "-");
+        if (mma > 0) {
+            if (r.timed) std::printf(" %8.1f%%", 100.0 * r.tflops / mma);
+            else std::printf(" %9s", "-");
+        }
+        std::printf("  %s\n", !r.checked ? "skipped" : r.passed ? "PASS" : "FAIL");
+    }
+}
+
+template <class T>
+int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& ra, const Options& o,
+        const fa::DeviceInfo& dev) {
+    fa::AttnProblem p = fa::problem_from_args(cli, attn, ra);
+    fa::round_inputs_to<T>(p);
+    const fa::AttnShape& s = p.shape;
+    const std::vector<Job> jobs = jobs_of(o, s.D);
+    for (const Job& j : jobs) {
+        const std::string why = ch8::unsupported_reason(j.variant, s, j.candidate);
+        if (!why.empty()) {
+            std::fprintf(stderr, "chapter8: %s\n", why.c_str());
+            return 2;
+        }
+    }
+    std::vector<float> dO = ch6::make_upstream_gradient(s, ra.seed);
+    fa::round_to<T>(dO);
+    std::printf("problem: %s, scale %.5g, %s (Q, K, V, dO rounded to %s; the float64 reference uses the rounded "
+                "values); dO from --seed\n",
+                s.str().c_str(), s.scale, o.dtype.c_str(), o.dtype.c_str());
+    const std::size_t ws_atomic = ch8::workspace_floats(s, ch8::kAtomic) * sizeof(float),
+                      ws_split = ch8::workspace_floats(s, ch8::kSplit) * sizeof(float);
+    fa::require_free_memory(std::size_t(9.0 * s.elements() * sizeof(T)) + ws_atomic,
+                            "chapter 8 (Q, K, V, O, dO, dQ, dK, dV, L and the workspace)");
+    fa::DeviceBuffer<T> Q(fa::convert_from_float<T>(p.Q)), K(fa::convert_from_float<T>(p.K)),
+        V(fa::convert_from_float<T>(p.V)), dOd(fa::convert_from_float<T>(dO)), O(s.elements()), dQ(s.elements()),
+        dK(s.elements()), dV(s.elements());
+    fa::DeviceBuffer<float> L(s.rows()), ws(ch8::workspace_floats(s, ch8::kAtomic));
+    std::printf("extra memory of the backward: %.2f MB with --dq atomic (L*log2e, D_i, fp32 dQ workspace), "
+                "%.2f MB with --dq split (L*log2e, D_i): O(N), no N x N buffer\n",
+                ws_atomic / 1e6, ws_split / 1e6);
+    const ch8::BwdTensors<T> t{Q.get(), K.get(), V.get(), O.get(), dOd.get(), L.get(), dQ.get(), dK.get(), dV.get()};
+    fa::GpuTimer timer;
+
+    auto forward = [&] { ch7::forward<T>(ch7::kTuned, s, Q.get(), K.get(), V.get(), O.get(), L.get()); };
+    forward();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::printf("forward (chapter 7, kernel 6) for O and L\n");
+    fa::TimingStats fwd_time;
+    if (!ra.no_bench) {
+        fwd_time = timer.time(forward, ra.repeat);
+        fa::print_timing("forward time", fwd_time, s.flops_forward(), 0);
+    }
+
+    ch6::SampledBackward ref;
+    ch8::MirrorErrors mirror{};
+    if (!ra.no_check) {
+        ref = ch6::sampled_backward_reference(p, dO.data());
+        mirror = ch8::mirror_errors<T>(p, dO, fa::convert_to_float(O.download()), L.download(), ref);
+        std::printf("float64 reference at %zu rows of each head (dK, dV in %zu heads); CPU mirror vs float64:\n"
+                    "  dQ max_abs %.3e rel_l2 %.3e   dK max_abs %.3e rel_l2 %.3e   dV max_abs %.3e rel_l2 %.3e\n",
+                    ref.rows.size(), ref.heads.size(), mirror.err[0].max_abs, mirror.err[0].rel_l2,
+                    mirror.err[1].max_abs, mirror.err[1].rel_l2, mirror.err[2].max_abs, mirror.err[2].rel_l2);
+    }
+
+    const double flops = s.flops_backward(), bytes = backward_io_bytes(s, sizeof(T));
+    std::vector<Row> rows;
+    bool ok = true, saved = false;
+    for (const Job& j : jobs) {
+        const ch8::Workspace w = ch8::split_workspace(ws.get(), s, j.strategy);
+        const ch8::BwdTiles tl = ch8::tiles(j.variant, s.D, j.candidate);
+        Row row;
+        row.name = ch8::variant_name(j.variant) + (j.candidate >= 0 ? "-c" + std::to_string(j.candidate) : "") +
+                   " " + ch8::strategy_name(j.strategy);
+        row.tiles = tl.str();
+        row.res = ch8::kernel_resources<T>(j.variant, s.D, j.candidate);
+        std::printf("\nkernel %s: %s\n  dK/dV kernel: %d threads, %d registers, %zu bytes local memory (spills), "
+                    "%.1f KB shared memory, %d blocks/SM; grid %d x %d x %d on %d SMs\n",
+                    row.name.c_str(), row.tiles.c_str(), row.res.threads, row.res.registers, row.res.local_bytes,
+                    row.res.smem_bytes / 1024.0, row.res.blocks_per_sm, fa::ceil_div(s.N, tl.Bc()), s.H, s.B,
+                    dev.sm_count);
+        auto launch = [&] { ch8::backward<T>(j.variant, j.strategy, s, t, w, j.candidate); };
+        dQ.poison(), dK.poison(), dV.poison(), ws.poison();
+        launch();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> hQ = fa::convert_to_float(dQ.download()), hK = fa::convert_to_float(dK.download()),
+                                 hV = fa::convert_to_float(dV.download());
+        double max_abs = NAN, rel = NAN;
+        if (!ra.no_check) {
+            const ch6::BackwardCheck c = ch6::check_backward(ref, hQ.data(), hK.data(), hV.data(),
+                                                             ch8::rule_tolerance(mirror));
+            c.print();
+            const ch7::RuleVerdict v = ch8::low_precision_rule(c, mirror);
+            std::printf("%s", v.text.c_str());
+            row.checked = true;
+            row.passed = v.ok;
+            max_abs = std::max({c.dQ.max_abs, c.dK.max_abs, c.dV.max_abs});
+            rel = std::max({c.dQ.rel_l2, c.dK.rel_l2, c.dV.rel_l2});
+        }
+        if (!ra.save_npy.empty() && !saved) {
+            fa::save_forward_npy(ra.save_npy, p, fa::convert_to_float(O.download()), L.download());
+            const std::vector<std::size_t> t4 = {std::size_t(s.B), std::size_t(s.H), std::size_t(s.N),
+                                                 std::size_t(s.D)};
+            fa::write_npy(ra.save_npy + "/do.npy", dO.data(), t4);
+            fa::write_npy(ra.save_npy + "/dq.npy", hQ.data(), t4);
+            fa::write_npy(ra.save_npy + "/dk.npy", hK.data(), t4);
+            fa::write_npy(ra.save_npy + "/dv.npy", hV.data(), t4);
+            std::printf("saved q k v o l do dq dk dv (.npy) to %s\n", ra.save_npy.c_str());
+            saved = true;
+        }
+        ok &= row.passed;
+        if (!ra.no_bench) {
+            const fa::TimingStats tm = timer.time(launch, ra.repeat);
+            fa::print_timing("time", tm, flops, bytes);
+            row.timed = true;
+            row.median_ms = tm.median_ms;
+            row.tflops = flops / (tm.median_ms * 1e-3) / 1e12;
+            const char* labels[3] = {j.strategy == ch8::kAtomic ? "preprocess: D_i, L*log2e, dQ workspace = 0"
+                                                                : "preprocess: D_i, L*log2e",
+                                     j.strategy == ch8::kAtomic ? "dK/dV kernel, dQ by atomics" : "dK/dV kernel",
+                                     j.strategy == ch8::kAtomic ? "dQ = scale * workspace, to 16 bits"
+                                                                : "dQ kernel"};
+            for (int part = 0; part < 3; ++part) {
+                const fa::TimingStats pt =
+                    timer.time([&] { ch8::backward_part<T>(part, j.variant, j.strategy, s, t, w, j.candidate); }, ra.repeat);
+                std::printf("    %-44s median %9.4f ms\n", labels[part], pt.median_ms);
+            }
+            if (fwd_time.median_ms > 0) std::printf("  backward / forward time: %.2f\n", tm.median_ms / fwd_time.median_ms);
+            if (!ra.csv.empty())
+                fa::append_result_csv(ra.csv, {8, ch8::variant_name(j.variant) + "-" + ch8::strategy_name(j.strategy),
+                                               o.dtype, "bwd"},
+                                      s, tm, flops, bytes, max_abs, rel,
+                                      row.checked ? (row.passed ? "PASS" : "FAIL") : "skipped");
+            if (o.train) {
+                const fa::TimingStats tt = timer.time([&] { forward(), launch(); }, ra.repeat);
+                fa::print_timing("training step (fwd + bwd)", tt, s.flops_forward() + flops, 0);
+            }
+        }
+        rows.push_back(row);
+    }
+
+    double mma = 0;
+    if (o.bench && !ra.no_bench) {
+        mma = ch7::mma_sync_tflops<T>(ra.repeat);
+        std::printf("\nmma.sync.m16n8k16 alone (%s): %.1f TF/s\n", o.dtype.c_str(), mma);
+    }
+    if (o.fp32 && !ra.no_bench && !rows.empty() && rows[0].timed) {
+        // chapter 6's fp32 backward (dQ by atomics) on the same inputs, as floats
+        std::printf("\nchapter 6 fp32 backward (atomic dQ) on the same inputs\n");
+        ch6::DeviceBackward d6(p, dO);
+        d6.O.upload(fa::convert_to_float(O.download()));
+        d6.L.upload(L.download());
+        const fa::TimingStats t6 = timer.time([&] { ch6::backward(ch6::kAtomic, s, d6.tensors()); }, ra.repeat);
+        fa::print_timing("chapter 6 time", t6, flops, 0);
+        for (const Row& r : rows)
+            if (r.timed) std::printf("  %s: %.2f x chapter 6's speed\n", r.name.c_str(), t6.median_ms / r.median_ms);
+    }
+    if (rows.size() > 1 || mma > 0) print_summary(rows, mma);
+    std::printf("%s\n", ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    fa::Cli cli("chapter8", "FlashAttention-2 backward on tensor cores (fp16/bf16 in, fp32 math): dQ, dK, dV "
+                            "checked against the float64 reference with the 2x rule, and timed.");
+    fa::RunArgs ra;
+    fa::add_run_options(cli, ra);
+    fa::AttentionArgs attn;
+    fa::add_attention_options(cli, attn);
+    Options o;
+    cli.option("--dtype", &o.dtype, "element type of Q, K, V, O, dO and the gradients: fp16 or bf16");
+    cli.option("--kernel", &o.kernel, "1 direct port, 2 ldmatrix+swizzle, 3 cp.async, 4 P/dS in registers, 5 tuned",
+               ch8::kFirstVariant, ch8::kLastVariant);
+    cli.option("--tiles", &o.tiles, "kernel 5: tile candidate (--sweep lists them); -1 = the tuned default", -1, 63);
+    cli.option("--dq", &o.dq, "how dQ is accumulated: atomic, split or both");
+    cli.flag("--ladder", &o.ladder, "run every kernel 1..5 (default tiles) and print a table");
+    cli.flag("--sweep", &o.sweep, "run every tile candidate of kernel 5 and print a table");
+    cli.flag("--bench", &o.bench, "also time mma.sync alone, for the % of mma column");
+    cli.flag("--fp32", &o.fp32, "also time chapter 6's fp32 backward on the same inputs");
+    cli.flag("--train", &o.train, "also time a training step: chapter 7's forward + this backward");
+    cli.parse(argc, argv);
+    if (o.dtype != "fp16" && o.dtype != "bf16") {
+        std::fprintf(stderr, "chapter8: error: --dtype must be fp16 or bf16 (got '%s')\n", o.dtype.c_str());
+        return 2;
+    }
+    if (o.dq != "atomic" && o.dq != "split" && o.dq != "both") {
+        std::fprintf(stderr, "chapter8: error: --dq must be atomic, split or both (got '%s')\n", o.dq.c_str());
+        return 2;
+    }
+    if (ra.load_npy.empty()) {
+        const std::string bad = ch8::unsupported_reason(o.kernel, fa::shape_from_args(attn), o.tiles);
+        if (!bad.empty()) {
+            std::fprintf(stderr, "chapter8: %s\n", bad.c_str());
+            return 2;
+        }
+    }
+    const fa::DeviceInfo dev = fa::require_device("chapter8");
+    const std::string why = ch7::device_unsupported_reason(dev);
+    if (!why.empty()) {
+        std::fprintf(stderr, "chapter8: %s\n", why.c_str());
+        return 1;
+    }
+    return o.dtype == "fp16" ? run<__half>(cli, attn, ra, o, dev) : run<__nv_bfloat16>(cli, attn, ra, o, dev);
+}

@@ -1,0 +1,379 @@
+// Tests of chapter 8: FlashAttention-2 backward on tensor cores (fp16/bf16).
+//
+// [cpu]: the CPU mirror against the float64 reference and finite differences, the 2× rule itself,
+// the transposed dS fragment addressing, the O(N) workspace, argument checks, and every kernel
+// variant run by the CPU emulator (the kernels' own source, lane by lane) with both dQ strategies.
+// [gpu]: every variant and both dQ strategies on the course's shape grid in fp16 and bf16 against
+// the 2× rule, large inputs, every tile candidate of step 5, and the dQ workspace zeroed per run.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../chapters/08_tensor_core_backward/chapter8.h"
+#include "../common/attention_gpu.h"
+#include "../common/device.h"
+#include "../common/dtype.h"
+#include "../common/reference.h"
+#include "../common/tensor_core/layout.h"
+#include "support.h"
+
+using namespace ch8;
+
+namespace {
+
+bool have_sm80() { return fa::cuda_device_count() > 0 && ch7::device_unsupported_reason(fa::device_info()).empty(); }
+
+// One backward problem with inputs rounded to T, the O and L chapter 7's forward gives for them
+// (on the GPU, or emulated on the CPU), the float64 reference and the mirror's errors.
+template <class T>
+struct Case {
+    fa::AttnProblem p;
+    std::vector<float> dO, O, L;
+    ch6::SampledBackward ref;
+    MirrorErrors mirror;
+};
+
+template <class T>
+Case<T> make_case(const fa::AttnShape& s, std::uint64_t seed, double magnitude = 1.0, bool gpu = false) {
+    Case<T> c;
+    c.p = fa::make_problem(s, seed, magnitude);
+    fa::round_inputs_to<T>(c.p);
+    c.dO = ch6::make_upstream_gradient(s, seed);
+    fa::round_to<T>(c.dO);
+    const std::vector<T> Q = fa::convert_from_float<T>(c.p.Q), K = fa::convert_from_float<T>(c.p.K),
+                         V = fa::convert_from_float<T>(c.p.V);
+    std::vector<T> O(s.elements(), fa::from_float<T>(NAN));
+    c.L.assign(s.rows(), NAN);
+    if (gpu) {
+        fa::DeviceBuffer<T> dQ(Q), dK(K), dV(V), dO(s.elements());
+        fa::DeviceBuffer<float> dL(s.rows());
+        ch7::forward<T>(ch7::kTuned, s, dQ.get(), dK.get(), dV.get(), dO.get(), dL.get());
+        O = dO.download();
+        c.L = dL.download();
+    } else {
+        ch7::forward_emulated<T>(ch7::kTuned, s, Q.data(), K.data(), V.data(), O.data(), c.L.data());
+    }
+    c.O = fa::convert_to_float(O);
+    c.ref = ch6::sampled_backward_reference(c.p, c.dO.data());
+    c.mirror = mirror_errors<T>(c.p, c.dO, c.O, c.L, c.ref);
+    return c;
+}
+
+// Host arrays of one emulated run; outputs poisoned (NaN).
+template <class T>
+struct HostRun {
+    std::vector<T> Q, K, V, O, dO, dQ, dK, dV;
+    std::vector<float> L, ws;
+};
+
+template <class T>
+ch6::BackwardCheck run_emulated(int variant, int strategy, const Case<T>& c, int candidate = -1) {
+    const fa::AttnShape& s = c.p.shape;
+    HostRun<T> h;
+    h.Q = fa::convert_from_float<T>(c.p.Q), h.K = fa::convert_from_float<T>(c.p.K),
+    h.V = fa::convert_from_float<T>(c.p.V), h.dO = fa::convert_from_float<T>(c.dO), h.O = fa::convert_from_float<T>(c.O);
+    h.L = c.L;
+    const T nan = fa::from_float<T>(NAN);
+    h.dQ.assign(s.elements(), nan), h.dK.assign(s.elements(), nan), h.dV.assign(s.elements(), nan);
+    h.ws.assign(workspace_floats(s, strategy), NAN);
+    const BwdTensors<T> t{h.Q.data(), h.K.data(), h.V.data(), h.O.data(), h.dO.data(), h.L.data(),
+                          h.dQ.data(), h.dK.data(), h.dV.data()};
+    backward_emulated<T>(variant, strategy, s, t, split_workspace(h.ws.data(), s, strategy), candidate);
+    const std::vector<float> dQ = fa::convert_to_float(h.dQ), dK = fa::convert_to_float(h.dK),
+                             dV = fa::convert_to_float(h.dV);
+    return ch6::check_backward(c.ref, dQ.data(), dK.data(), dV.data(), rule_tolerance(c.mirror));
+}
+
+// The emulator's shapes: tails (17, 113), one key tile (1), several tiles with B_r ≠ B_c (200),
+// batch and heads > 1.
+std::vector<fa::AttnShape> emulated_shapes(int D) {
+    std::vector<fa::AttnShape> out;
+    for (bool causal : {false, true}) {
+        out.push_back(fa::make_shape(1, 1, 1, D, causal));
+        out.push_back(fa::make_shape(2, 1, 17, D, causal));
+        out.push_back(fa::make_shape(1, 2, 200, D, causal));
+    }
+    return out;
+}
+
+template <class T>
+void check_emulated(int variant, int strategy, int candidate = -1) {
+    for (int D : {64, 128})
+        for (const fa::AttnShape& s : emulated_shapes(D)) {
+            const Case<T> c = make_case<T>(s, 11 + std::uint64_t(s.N));
+            const ch7::RuleVerdict v = low_precision_rule(run_emulated<T>(variant, strategy, c, candidate), c.mirror);
+            INFO("emulated " << fa::dtype_name<T>() << " " << s.str() << " kernel " << variant_name(variant) << " dq "
+                             << strategy_name(strategy) << " candidate " << candidate << "\n" << v.text);
+            CHECK(v.ok);
+        }
+}
+
+}  // namespace
+
+// ================================ [cpu] ==========================================================
+
+TEST_CASE("ch8: the dS A fragment read transposed from the dSᵀ tile is dS", "[cpu][chapter8]") {
+    // ldmatrix.trans with the K-operand addressing (tc::ldsm_k_offset on a B_c × B_r tile, row =
+    // key): register m of lane l must hold dS[query frag_a_row][key frag_a_col] = dSᵀ[key][query].
+    for (int Br : {64, 128})
+        for (int mt = 0; mt < Br / 16; ++mt)
+            for (int kk = 0; kk < 4; ++kk)
+                for (int lane = 0; lane < 32; ++lane)
+                    for (int m = 0; m < 4; ++m) {
+                        for (int e = 0; e < 2; ++e) {
+                            // .trans: register m of `lane` holds column lane/4, row 2(lane%4)+e of matrix m
+                            const int supplier = 8 * m + 2 * tc::lane_in_group(lane) + e;
+                            const int off = tc::ldsm_k_offset(supplier, kk, mt, Br) + tc::lane_group(lane);
+                            const int key = off / Br;
+                            const int q = (off % Br / 8 ^ key % 8) * 8 + off % 8;
+                            INFO("Br " << Br << " mt " << mt << " kk " << kk << " lane " << lane << " reg " << m);
+                            CHECK(key == 16 * kk + tc::frag_a_col(lane, m, e));
+                            CHECK(q == 16 * mt + tc::frag_a_row(lane, m));
+                        }
+                    }
+}
+
+TEST_CASE("ch8: the CPU mirror meets the float64 reference within 16-bit rounding", "[cpu][chapter8]") {
+    for (bool causal : {false, true}) {
+        const fa::AttnShape s = fa::make_shape(1, 2, 97, 64, causal);
+        const Case<__nv_bfloat16> b = make_case<__nv_bfloat16>(s, 3);
+        const Case<__half> h = make_case<__half>(s, 3);
+        for (int k = 0; k < 3; ++k) {
+            INFO(s.str() << " output " << k << " bf16 rel_l2 " << b.mirror.err[k].rel_l2 << " fp16 "
+                         << h.mirror.err[k].rel_l2);
+            CHECK(b.mirror.err[k].nonfinite == 0);
+            // a few units of T's rounding, and fp16 (2^-11) well below bf16 (2^-8)
+            CHECK(b.mirror.err[k].rel_l2 < 8 * ch7::unit_roundoff<__nv_bfloat16>());
+            CHECK(h.mirror.err[k].rel_l2 < 8 * ch7::unit_roundoff<__half>());
+            CHECK(h.mirror.err[k].rel_l2 < b.mirror.err[k].rel_l2);
+        }
+    }
+}
+
+TEST_CASE("ch8: a finite difference of the loss confirms one dK entry in float64", "[cpu][chapter8]") {
+    // loss = Σ dO ∘ O, O from the float64 reference; central difference of K[j][d] vs the sampled
+    // reference dK (which the mirror and the kernels are judged against).
+    const fa::AttnShape s = fa::make_shape(1, 1, 9, 64, true);
+    fa::AttnProblem p = fa::make_problem(s, 4);
+    const std::vector<float> dO = ch6::make_upstream_gradient(s, 4);
+    const ch6::SampledBackward ref = ch6::sampled_backward_reference(p, dO.data());
+    const int j = 3, d = 5;
+    auto loss = [&](const fa::AttnProblem& q) {
+        double sum = 0;
+        std::vector<double> o(std::size_t(s.D));
+        for (int i = 0; i < s.N; ++i) {
+            double L;
+            fa::attention_row_reference(s, q.Q.data(), q.K.data(), q.V.data(), 0, i, o.data(), &L);
+            for (int c = 0; c < s.D; ++c) sum += o[std::size_t(c)] * dO[std::size_t(i * s.D + c)];
+        }
+        return sum;
+    };
+    const float h = 1.0f / 64;  // exact in float: K ± h is exact too
+    fa::AttnProblem up = p, down = p;
+    up.K[std::size_t(j * s.D + d)] += h;
+    down.K[std::size_t(j * s.D + d)] -= h;
+    const double fd = (loss(up) - loss(down)) / (double(up.K[std::size_t(j * s.D + d)]) - down.K[std::size_t(j * s.D + d)]);
+    const double analytic = ref.dK[std::size_t(j * s.D + d)];
+    INFO("finite difference " << fd << ", reference " << analytic);
+    CHECK(std::fabs(fd - analytic) <= 1e-4 * std::max(1.0, std::fabs(analytic)));
+}
+
+TEST_CASE("ch8: the 2x rule fails a NaN, a doubled error and a swapped output", "[cpu][chapter8]") {
+    const fa::AttnShape s = fa::make_shape(1, 1, 33, 64, false);
+    const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 5);
+    std::vector<float> dQ, dK, dV;
+    mirror_sampled<__nv_bfloat16>(c.p, c.dO, c.O, c.L, c.ref, dQ, dK, dV);  // N ≤ 128: all rows, all heads sampled
+    auto verdict = [&](const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v) {
+        return low_precision_rule(ch6::check_backward(c.ref, q.data(), k.data(), v.data()), c.mirror).ok;
+    };
+    CHECK(verdict(dQ, dK, dV));  // the mirror itself passes
+    std::vector<float> bad = dQ;
+    bad[5] = NAN;
+    CHECK_FALSE(verdict(bad, dK, dV));
+    bad = dK;
+    for (std::size_t i = 0; i < bad.size(); ++i) bad[i] += float(4 * (bad[i] - c.ref.dK[i]) + 1e-3);
+    CHECK_FALSE(verdict(dQ, bad, dV));
+    CHECK_FALSE(verdict(dQ, dV, dK));
+}
+
+TEST_CASE("ch8: the workspace is O(N) and unsupported shapes are refused with a reason", "[cpu][chapter8]") {
+    for (int N : {1, 1000, 8192}) {
+        const fa::AttnShape s = fa::make_shape(2, 3, N, 128, false);
+        // L·log2 e and D_i padded to 128 rows, plus the fp32 dQ workspace of the atomic strategy
+        CHECK(workspace_floats(s, kSplit) == 2 * 6 * std::size_t(padded_rows(N)));
+        CHECK(workspace_floats(s, kAtomic) == workspace_floats(s, kSplit) + s.elements());
+        CHECK(workspace_floats(s, kAtomic) <= 2 * 6 * (std::size_t(N) + 128) + s.elements());
+    }
+    CHECK(unsupported_reason(kTuned, fa::make_shape(1, 1, 100, 64, false)).empty());
+    CHECK_FALSE(unsupported_reason(kTuned, fa::make_shape(1, 1, 100, 96, false)).empty());
+    CHECK_FALSE(unsupported_reason(6, fa::make_shape(1, 1, 100, 64, false)).empty());
+    CHECK_FALSE(unsupported_reason(kCpAsync, fa::make_shape(1, 1, 100, 64, false), 0).empty());
+    CHECK_FALSE(unsupported_reason(kTuned, fa::make_shape(1, 1, 100, 64, false), 99).empty());
+}
+
+TEST_CASE("ch8 emulated: kernel 1 (direct port), both dQ strategies", "[cpu][chapter8][v1]") {
+    check_emulated<__nv_bfloat16>(kDirect, kAtomic);
+    check_emulated<__half>(kDirect, kSplit);
+}
+TEST_CASE("ch8 emulated: kernel 2 (ldmatrix, swizzle), both dQ strategies", "[cpu][chapter8][v2]") {
+    check_emulated<__half>(kLdmatrix, kAtomic);
+    check_emulated<__nv_bfloat16>(kLdmatrix, kSplit);
+}
+TEST_CASE("ch8 emulated: kernel 3 (cp.async), both dQ strategies", "[cpu][chapter8][v3]") {
+    check_emulated<__nv_bfloat16>(kCpAsync, kAtomic);
+    check_emulated<__half>(kCpAsync, kSplit);
+}
+TEST_CASE("ch8 emulated: kernel 4 (P, dS in registers), both dQ strategies", "[cpu][chapter8][v4]") {
+    check_emulated<__half>(kRegisters, kAtomic);
+    check_emulated<__nv_bfloat16>(kRegisters, kSplit);
+}
+TEST_CASE("ch8 emulated: kernel 5 (tuned), every candidate", "[cpu][chapter8][v5]") {
+    for (int D : {64, 128})
+        for (int c = 0; c < int(tuning_candidates(D).size()); ++c) {
+            const fa::AttnShape s = fa::make_shape(1, 1, 150, D, c % 2 == 1);
+            const Case<__nv_bfloat16> k = make_case<__nv_bfloat16>(s, 13);
+            for (int strategy : {kAtomic, kSplit}) {
+                const ch7::RuleVerdict v = low_precision_rule(run_emulated(kTuned, strategy, k, c), k.mirror);
+                INFO(s.str() << " candidate " << c << " " << tuning_candidates(D)[std::size_t(c)].str() << " dq "
+                             << strategy_name(strategy) << "\n" << v.text);
+                CHECK(v.ok);
+            }
+        }
+}
+
+// ================================ [gpu] ==========================================================
+
+namespace {
+
+// Device arrays of one problem: inputs, O and L (the case's, from chapter 7's forward), outputs, workspace.
+template <class T>
+struct DeviceCase {
+    fa::AttnShape s;
+    fa::DeviceBuffer<T> Q, K, V, dO, O, dQ, dK, dV;
+    fa::DeviceBuffer<float> L, ws;
+    explicit DeviceCase(const Case<T>& c)
+        : s(c.p.shape), Q(fa::convert_from_float<T>(c.p.Q)), K(fa::convert_from_float<T>(c.p.K)),
+          V(fa::convert_from_float<T>(c.p.V)), dO(fa::convert_from_float<T>(c.dO)), O(fa::convert_from_float<T>(c.O)),
+          dQ(s.elements()), dK(s.elements()), dV(s.elements()), L(c.L), ws(workspace_floats(s, kAtomic)) {}
+    // Runs one backward on poisoned outputs and workspace; returns the check of dQ, dK, dV.
+    ch6::BackwardCheck run(int variant, int strategy, const Case<T>& c, int candidate = -1) {
+        dQ.poison(), dK.poison(), dV.poison(), ws.poison();
+        const BwdTensors<T> t{Q.get(), K.get(), V.get(), O.get(), dO.get(), L.get(), dQ.get(), dK.get(), dV.get()};
+        backward<T>(variant, strategy, s, t, split_workspace(ws.get(), s, strategy), candidate);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> q = fa::convert_to_float(dQ.download()), k = fa::convert_to_float(dK.download()),
+                                 v = fa::convert_to_float(dV.download());
+        return ch6::check_backward(c.ref, q.data(), k.data(), v.data(), rule_tolerance(c.mirror));
+    }
+};
+
+// Kernels (variant, candidate) × both strategies on the course's grid (D = 64, 128) with the 2×
+// rule; each shape's case (reference and mirror) made once. magnitude 8: large logits.
+template <class T>
+void check_grid(const std::vector<int>& variants, double magnitude = 1.0) {
+    std::vector<fa::AttnShape> shapes = fa::test::shape_grid({64, 128});
+    for (const fa::AttnShape& s : shapes) {
+        const Case<T> c = make_case<T>(s, 7 + std::uint64_t(s.N), magnitude, true);
+        DeviceCase<T> d(c);
+        for (int variant : variants)
+            for (int strategy : {kAtomic, kSplit}) {
+                const ch7::RuleVerdict v = low_precision_rule(d.run(variant, strategy, c), c.mirror);
+                INFO(fa::dtype_name<T>() << " " << s.str() << " magnitude " << magnitude << " kernel "
+                                         << variant_name(variant) << " dq " << strategy_name(strategy) << "\n"
+                                         << v.text);
+                CHECK(v.ok);
+            }
+    }
+}
+
+std::vector<int> all_variants() {
+    // under the sanitizer (small shapes) the first and the last step; otherwise every step
+    if (fa::test::small_shapes()) return {kDirect, kTuned};
+    return {kDirect, kLdmatrix, kCpAsync, kRegisters, kTuned};
+}
+
+}  // namespace
+
+TEST_CASE("ch8 GPU: every kernel, both dQ strategies, fp16 and bf16, on the shape grid (2x rule)", "[gpu][chapter8]") {
+    REQUIRE(have_sm80());
+    check_grid<__nv_bfloat16>(all_variants());
+    check_grid<__half>(all_variants());
+}
+
+TEST_CASE("ch8 GPU: kernel 1 (direct port) alone on the shape grid (make test-chapter8 VARIANT=1)",
+          "[.][gpu][chapter8][v1]") {
+    REQUIRE(have_sm80());
+    check_grid<__nv_bfloat16>({1});
+    check_grid<__half>({1});
+}
+TEST_CASE("ch8 GPU: kernel 2 (ldmatrix, swizzle) alone on the shape grid (make test-chapter8 VARIANT=2)",
+          "[.][gpu][chapter8][v2]") {
+    REQUIRE(have_sm80());
+    check_grid<__nv_bfloat16>({2});
+    check_grid<__half>({2});
+}
+TEST_CASE("ch8 GPU: kernel 3 (cp.async) alone on the shape grid (make test-chapter8 VARIANT=3)",
+          "[.][gpu][chapter8][v3]") {
+    REQUIRE(have_sm80());
+    check_grid<__nv_bfloat16>({3});
+    check_grid<__half>({3});
+}
+TEST_CASE("ch8 GPU: kernel 4 (P, dS in registers) alone on the shape grid (make test-chapter8 VARIANT=4)",
+          "[.][gpu][chapter8][v4]") {
+    REQUIRE(have_sm80());
+    check_grid<__nv_bfloat16>({4});
+    check_grid<__half>({4});
+}
+TEST_CASE("ch8 GPU: kernel 5 (tuned) alone on the shape grid (make test-chapter8 VARIANT=5)",
+          "[.][gpu][chapter8][v5]") {
+    REQUIRE(have_sm80());
+    check_grid<__nv_bfloat16>({5});
+    check_grid<__half>({5});
+}
+
+TEST_CASE("ch8 GPU: large logits (inputs of magnitude 8), tuned kernel", "[gpu][chapter8]") {
+    REQUIRE(have_sm80());
+    check_grid<__nv_bfloat16>({kTuned}, 8.0);
+    check_grid<__half>({kTuned}, 8.0);
+}
+
+TEST_CASE("ch8 GPU: every tile candidate of step 5", "[gpu][chapter8]") {
+    REQUIRE(have_sm80());
+    for (int D : {64, 128})
+        for (bool causal : {false, true}) {
+            const fa::AttnShape s = fa::make_shape(2, 3, fa::test::small_shapes() ? 113 : 1023, D, causal);
+            const Case<__half> c = make_case<__half>(s, 9, 1.0, true);
+            DeviceCase<__half> d(c);
+            for (int k = 0; k < int(tuning_candidates(D).size()); ++k)
+                for (int strategy : {kAtomic, kSplit}) {
+                    const ch7::RuleVerdict v = low_precision_rule(d.run(kTuned, strategy, c, k), c.mirror);
+                    INFO(s.str() << " candidate " << k << " " << tuning_candidates(D)[std::size_t(k)].str() << " dq "
+                                 << strategy_name(strategy) << "\n" << v.text);
+                    CHECK(v.ok);
+                }
+        }
+}
+
+TEST_CASE("ch8 GPU: the atomic strategy's workspace starts from zero on every run", "[gpu][chapter8]") {
+    REQUIRE(have_sm80());
+    const fa::AttnShape s = fa::make_shape(1, 2, 300, 64, false);
+    const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 21, 1.0, true);
+    DeviceCase<__nv_bfloat16> d(c);
+    const BwdTensors<__nv_bfloat16> t{d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.dO.get(), d.L.get(),
+                                      d.dQ.get(), d.dK.get(), d.dV.get()};
+    // three runs back to back on the same workspace: a missing reset would triple dQ
+    d.ws.zero();
+    for (int k = 0; k < 3; ++k) backward<__nv_bfloat16>(kTuned, kAtomic, s, t, split_workspace(d.ws.get(), s, kAtomic));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> q = fa::convert_to_float(d.dQ.download()), k = fa::convert_to_float(d.dK.download()),
+                             v = fa::convert_to_float(d.dV.download());
+    const ch7::RuleVerdict verdict =
+        low_precision_rule(ch6::check_backward(c.ref, q.data(), k.data(), v.data(), rule_tolerance(c.mirror)), c.mirror);
+    INFO(verdict.text);
+    CHECK(verdict.ok);
+}
