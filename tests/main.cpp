@@ -2,7 +2,8 @@
 //
 // Adds to Catch2 what the course needs:
 //  - without a CUDA device, test cases tagged [gpu] are filtered out and counted, never run and
-//    never reported as passed;
+//    never reported as passed; likewise test cases tagged [sm90] (Hopper-only instructions) on a
+//    GPU whose compute capability is not 9.0;
 //  - at the end, one machine-readable line "test-summary: passed=P failed=F gpu-not-run=K" that
 //    tests/run_tests.sh adds up over all test binaries.
 // It builds with Catch2 v2 or v3 (tests/catch2_v3/catch2/catch.hpp maps v3 to v2's names).
@@ -34,33 +35,43 @@ struct SummaryListener : Catch::TestEventListenerBase {
     }
 };
 
-// True for a test case tagged [gpu]. (v2 keeps a test case's tags as strings, v3 as Tag objects.)
+// True for a test case with this tag. (v2 keeps a test case's tags as strings, v3 as Tag objects.)
 #if CATCH_VERSION_MAJOR >= 3
-bool is_gpu_test(const Catch::TestCaseHandle& t) {
+bool has_tag(const Catch::TestCaseHandle& t, const char* name) {
     for (const Catch::Tag& tag : t.getTestCaseInfo().tags)
-        if (tag.original == Catch::StringRef("gpu")) return true;
+        if (tag.original == Catch::StringRef(name)) return true;
     return false;
 }
 #else
-bool is_gpu_test(const Catch::TestCase& t) {
+bool has_tag(const Catch::TestCase& t, const char* name) {
     for (const std::string& tag : t.tags)
-        if (tag == "gpu") return true;
+        if (tag == name) return true;
     return false;
 }
 #endif
 
-// Every alternative of a Catch2 test spec ("a,b" means a or b) gets "~[gpu]" added.
-std::vector<std::string> without_gpu(const std::vector<std::string>& specs) {
-    if (specs.empty()) return {"~[gpu]"};
+// Every alternative of a Catch2 test spec ("a,b" means a or b) gets "~[tag]" added.
+std::vector<std::string> without(const std::vector<std::string>& specs, const std::string& tag) {
+    const std::string not_tag = " ~[" + tag + "]";
+    if (specs.empty()) return {not_tag.substr(1)};
     std::vector<std::string> out;
     for (const std::string& spec : specs) {
         std::string s;
         std::size_t start = 0;
         for (std::size_t comma; (comma = spec.find(',', start)) != std::string::npos; start = comma + 1)
-            s += spec.substr(start, comma - start) + " ~[gpu],";
-        out.push_back(s + spec.substr(start) + " ~[gpu]");
+            s += spec.substr(start, comma - start) + not_tag + ",";
+        out.push_back(s + spec.substr(start) + not_tag);
     }
     return out;
+}
+
+// The tag whose test cases this machine cannot run: "gpu" without a CUDA device, "sm90" on a GPU
+// that is not compute capability 9.0 (wgmma, TMA and setmaxnreg exist only there), none otherwise.
+std::string unrunnable_tag() {
+    if (fa::cuda_device_count() == 0) return "gpu";
+    const fa::DeviceInfo d = fa::device_info();
+    if (d.cc_major != 9 || d.cc_minor != 0) return "sm90";
+    return "";
 }
 
 }  // namespace
@@ -71,13 +82,16 @@ int main(int argc, char* argv[]) {
     Catch::Session session;
     const int rc = session.applyCommandLine(argc, argv);
     if (rc != 0) return rc;
-    if (fa::cuda_device_count() == 0) {
+    const std::string tag = unrunnable_tag();
+    if (!tag.empty()) {
         Catch::Config& config = session.config();
         for (const auto& t : Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config))
-            if (is_gpu_test(t)) ++g_gpu_not_run;
+            if (has_tag(t, tag.c_str())) ++g_gpu_not_run;
         Catch::ConfigData data = session.configData();
-        data.testsOrTags = without_gpu(data.testsOrTags);
+        data.testsOrTags = without(data.testsOrTags, tag);
         session.useConfigData(data);
+        if (g_gpu_not_run > 0 && tag == "sm90")
+            std::printf("%llu test cases need a GPU of compute capability 9.0 (Hopper): not run\n", g_gpu_not_run);
     }
     return session.run();
 }

@@ -31,6 +31,6 @@ for bin in "${bins[@]}"; do
   fi
 done
 echo
-if [ "$not_run" -gt 0 ]; then echo "$not_run GPU test cases not run: no CUDA device"; fi
+if [ "$not_run" -gt 0 ]; then echo "$not_run GPU test cases not run: no CUDA device, or not the compute capability they need"; fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
