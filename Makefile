@@ -54,6 +54,7 @@ USES_4 := 2 3
 USES_5 := 2 3 4
 USES_6 := 2 3 4 5
 USES_7 :=
+USES_9 := 7
 
 main_src = $(wildcard $(call dir_of,$(1))/main.cu $(call dir_of,$(1))/main.cpp)
 lib_srcs = $(filter-out %/main.cu %/main.cpp,$(shell find $(call dir_of,$(1)) -name '*.cu' -o -name '*.cpp' | sort))
@@ -99,6 +100,10 @@ $(FLAGS_STAMP):
 	@mkdir -p $(BUILD)
 	@rm -f $(BUILD)/flags-*
 	@touch $@
+
+# Chapter 9 uses Hopper-only instructions (wgmma, setmaxnreg): its objects are built for sm_90a alone,
+# in the fat build too (the -arch=sm_90a shorthand fails with nvcc 13.0; the -gencode form works).
+$(BUILD)/chapters/09_%.o: NVCCFLAGS := $(filter-out -gencode arch=%,$(NVCCFLAGS)) -gencode arch=compute_90a,code=sm_90a
 
 $(BUILD)/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
