@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(step_config(Step).threads(), 1)
             // step 3: warpgroup 0 produces (one thread issues every copy), the others consume;
             // setmaxnreg gives the producer's registers to the consumers.
             if (wg < 0) {
-                setmaxnreg_dec<24>();
+                setmaxnreg_dec<kProducerRegisters>();
                 if (threadIdx.x == 0) {
                     issue_q();
                     for (int j = 0; j < n_tiles; ++j) {
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(step_config(Step).threads(), 1)
                 }
                 return;
             }
-            setmaxnreg_inc<240>();
+            setmaxnreg_inc<kConsumerRegisters>();
             mbarrier_wait(q_full, 0);
             for (int j = 0; j < n_tiles; ++j) {
                 const int s = stage_of(j, S);

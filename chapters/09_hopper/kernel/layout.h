@@ -76,6 +76,11 @@ CH9_HD constexpr bool needs_mask(int i, int j, int Br, int Bc, int N, bool causa
 CH9_HD constexpr int stage_of(int j, int stages) { return j % stages; }
 CH9_HD constexpr std::uint32_t parity_of(int j, int stages) { return std::uint32_t((j / stages) & 1); }
 
+/// setmaxnreg in step 3: the producer warpgroup keeps few registers, the consumers take the rest.
+/// The register file (65536 a multiprocessor) must hold 128 threads of each: producer + consumers.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+
 /// The ladder.
 enum Step : int {
     kWgmma = 1,       ///< wgmma from swizzled shared memory, tiles loaded by every thread
