@@ -244,18 +244,26 @@ TEST_CASE("tile plan: the visited key tiles and the masked ones, against brute f
         }
 }
 
-TEST_CASE("mbarrier ring: under any interleaving each consumer reads the tile it waits for", "[cpu][chapter9][v2][v3]") {
+TEST_CASE("mbarrier ring: under any interleaving each consumer reads the tile it waits for",
+          "[cpu][chapter9][v2][v3][v4][v5]") {
     // A model of step 3: the producer fills stage stage_of(j) after waiting on `empty` for the
     // release of tile j − S; consumers wait on `full` with parity_of(j). An mbarrier is a phase
     // counter; try_wait.parity(P) succeeds once the phase with parity P has completed, i.e. while
     // the current phase's parity differs from P.
+    // Step 5 releases tile j − 1 after tile j (released_after); the ring must not deadlock then.
     const int S = step_config(kSpecialized).stages, tiles = 23;
     std::mt19937 rng(3);
-    for (int trial = 0; trial < 200; ++trial) {
+    for (int trial = 0; trial < 400; ++trial) {
+        const int step = trial % 2 ? kOverlap : kSpecialized;
         std::vector<int> full_phase(S, 0), empty_phase(S, 0), content(S, -1);
-        int produced = 0, consumed = 0;
+        int produced = 0, consumed = 0, released = 0;
         auto done = [](int phase, std::uint32_t parity) { return std::uint32_t(phase & 1) != parity; };
-        while (consumed < tiles) {
+        for (int moves = 0; released < tiles; ++moves) {
+            REQUIRE(moves < 100000);  // no progress: a deadlock
+            if (consumed == tiles) {  // after the loop: the last stages are released
+                ++empty_phase[stage_of(released++, S)];
+                continue;
+            }
             if (rng() % 2 && produced < tiles) {
                 const int s = stage_of(produced, S);
                 if (produced < S || done(empty_phase[s], parity_of(produced - S, S))) {
@@ -267,12 +275,54 @@ TEST_CASE("mbarrier ring: under any interleaving each consumer reads the tile it
                 const int s = stage_of(consumed, S);
                 if (done(full_phase[s], parity_of(consumed, S))) {
                     REQUIRE(content[s] == consumed);
-                    ++empty_phase[s];  // every consumer warp arrives
-                    ++consumed;
+                    const int r = released_after(step, consumed++);
+                    if (r >= 0) {
+                        REQUIRE(r == released);  // stages are released in order, once each
+                        ++empty_phase[stage_of(released++, S)];  // every consumer warp arrives
+                    }
                 }
             }
         }
         CHECK(produced == tiles);
+    }
+}
+
+TEST_CASE("pingpong: each named barrier sees as many arrivals as waits, and the turns alternate",
+          "[cpu][chapter9][v4][v5]") {
+    // Model: consumer w, for tile j = 0..n−1: wait on barrier turn_barrier(w) (bar.sync: returns
+    // once the other consumer's arrivals cover it), issue its products, maybe arrive on the other's.
+    for (int n : {1, 2, 7}) {
+        std::vector<int> arrivals(3, 0), waits(3, 0);
+        std::vector<std::pair<int, int>> order;  // (consumer, tile) in the order products are issued
+        for (int w = 0; w < 2; ++w)
+            if (arrives_before_first(w)) ++arrivals[turn_barrier(1 - w)];
+        int next[2] = {0, 0};
+        for (int guard = 0; next[0] < n || next[1] < n; ++guard) {
+            REQUIRE(guard < 100);  // neither consumer can go: a deadlock
+            for (int w = 0; w < 2; ++w) {
+                const int b = turn_barrier(w);
+                if (next[w] < n && arrivals[b] > waits[b]) {
+                    ++waits[b];
+                    order.push_back({w, next[w]});
+                    if (arrives_after(w, next[w], n)) {
+                        const int o = turn_barrier(1 - w);
+                        ++arrivals[o];
+                        // A hardware barrier counts one phase: a second arrival before the wait
+                        // would complete it without the waiting consumer.
+                        REQUIRE(arrivals[o] - waits[o] <= 1);
+                    }
+                    ++next[w];
+                }
+            }
+        }
+        INFO("n " << n);
+        CHECK(arrivals == waits);  // nothing left pending at exit
+        for (std::size_t k = 0; k < order.size(); ++k) {
+            CHECK(order[k].first == int(k % 2));  // consumer 0, 1, 0, 1, ...
+            CHECK(order[k].second == int(k / 2));
+        }
+        CHECK(turn_barrier(0) != 0);  // barrier 0 belongs to __syncthreads
+        CHECK(turn_barrier(0) != turn_barrier(1));
     }
 }
 
@@ -338,4 +388,6 @@ TEST_CASE("CPU mirror at the kernels' B_c: exact without rounding, within the 16
 CHAPTER9_STEP_TESTS(1)
 CHAPTER9_STEP_TESTS(2)
 CHAPTER9_STEP_TESTS(3)
-static_assert(kFirstStep == 1 && kLastStep == 3, "one CHAPTER9_STEP_TESTS line per step");
+CHAPTER9_STEP_TESTS(4)
+CHAPTER9_STEP_TESTS(5)
+static_assert(kFirstStep == 1 && kLastStep == 5, "one CHAPTER9_STEP_TESTS line per step");

@@ -15,7 +15,7 @@
 namespace ch9 {
 
 std::string step_name(int step) {
-    static const char* names[] = {"1-wgmma", "2-tma", "3-warp-specialized"};
+    static const char* names[] = {"1-wgmma", "2-tma", "3-warp-specialized", "4-pingpong", "5-overlap"};
     return step >= kFirstStep && step <= kLastStep ? names[step - 1] : "unknown";
 }
 
@@ -90,9 +90,11 @@ CUtensorMap tensor_map(const T* x, const fa::AttnShape& s, int rows) {
 
 template <class T, int D>
 auto kernel_of(int step) {
-    return step == kWgmma ? flash_forward_kernel<T, D, kWgmma>
-         : step == kTma   ? flash_forward_kernel<T, D, kTma>
-                          : flash_forward_kernel<T, D, kSpecialized>;
+    return step == kWgmma      ? flash_forward_kernel<T, D, kWgmma>
+         : step == kTma        ? flash_forward_kernel<T, D, kTma>
+         : step == kSpecialized ? flash_forward_kernel<T, D, kSpecialized>
+         : step == kPingpong   ? flash_forward_kernel<T, D, kPingpong>
+                               : flash_forward_kernel<T, D, kOverlap>;
 }
 
 template <class T, int D>

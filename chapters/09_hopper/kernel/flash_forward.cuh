@@ -54,25 +54,36 @@ struct RowState {
     float m[2], l[2];
 };
 
-/// Lines 8–11 of Alg. 1 for key tile j, by one consumer warpgroup `wg` of query tile i.
+/// Line 8: issues S = Q_i K_jᵀ (D/16 wgmmas of 64 × B_c × 16) as one committed group.
 template <class T, int D, int Br, int Bc>
-__device__ __forceinline__ void consume_tile(RowState<D>& st, const T* sQ, const T* sK, const T* sV, int wg,
-                                             int i, int j, const Params<T>& p) {
-    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-    const int g = lane / 4, t = lane % 4;
-
-    // Line 8: S = Q_i K_jᵀ, D/16 wgmmas of 64 × B_c × 16.
-    float s[Bc / 2];
-    const std::uint32_t q = smem_u32(sQ), k = smem_u32(sK), v = smem_u32(sV);
+__device__ __forceinline__ void issue_s(float (&s)[Bc / 2], const T* sQ, const T* sK, int wg) {
+    const std::uint32_t q = smem_u32(sQ), k = smem_u32(sK);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
         wgmma_ss<T, Bc>(s, k_major_descriptor(q, Br, 64 * wg, kk), k_major_descriptor(k, Bc, 0, kk), kk > 0);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(s);
+}
 
-    // Mask keys past N and, with the causal mask, keys after the row (only on the tiles that need it).
+/// Line 10's product: issues O_i += P̃ V_j (B_c/16 wgmmas, P̃ from registers) as one group.
+template <class T, int D, int Bc>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const std::uint32_t (&a)[Bc / 16][4], const T* sV) {
+    const std::uint32_t v = smem_u32(sV);
+    fence_registers(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk) wgmma_rs<T, D>(o, a[kk], mn_major_descriptor(v, Bc, kk));
+    wgmma_commit();
+}
+
+/// Line 9 on a finished S: masked, m_i updated, S overwritten by P̃ = exp(S − m_i), l_i rescaled
+/// and summed; returns through alpha the factor O_i must be rescaled by (line 10).
+template <class T, int D, int Br, int Bc>
+__device__ __forceinline__ void softmax(RowState<D>& st, float (&s)[Bc / 2], float (&alpha)[2], int wg, int i, int j,
+                                        const Params<T>& p) {
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const int g = lane / 4, t = lane % 4;
+    // Keys past N and, with the causal mask, keys after the row (only on the tiles that need it).
     const int row[2] = {i * Br + 64 * wg + 16 * warp + g, i * Br + 64 * wg + 16 * warp + g + 8};
     if (needs_mask(i, j, Br, Bc, p.N, p.causal)) {
 #pragma unroll
@@ -81,12 +92,9 @@ __device__ __forceinline__ void consume_tile(RowState<D>& st, const T* sQ, const
             if (col >= p.N || (p.causal && col > row[(e / 2) % 2])) s[e] = -INFINITY;
         }
     }
-
-    // Line 9: m_i^(j) = max(m_i^(j-1), rowmax(S)), P̃ = exp(S − m), l_i rescaled and summed.
-    float mx[2] = {st.m[0], st.m[1]};
+    float mx[2] = {st.m[0], st.m[1]}, shift[2];
 #pragma unroll
     for (int e = 0; e < Bc / 2; ++e) mx[(e / 2) % 2] = fmaxf(mx[(e / 2) % 2], s[e]);
-    float alpha[2], shift[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -102,19 +110,42 @@ __device__ __forceinline__ void consume_tile(RowState<D>& st, const T* sQ, const
         s[e] = fa::fast_exp2(fmaf(s[e], p.scale_log2, -shift[(e / 2) % 2]));
         st.l[(e / 2) % 2] += s[e];
     }
-    // Line 10: O_i = diag(alpha) O_i + P̃ V_j, P̃ as wgmma's A fragments (16 keys per k-step).
+}
+
+/// O_i = diag(alpha) O_i (line 10), the accumulator layout's rows g and g + 8.
+template <int D>
+__device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
 #pragma unroll
-    for (int e = 0; e < D / 2; ++e) st.o[e] *= alpha[(e / 2) % 2];
-    std::uint32_t a[Bc / 16][4];
+    for (int e = 0; e < D / 2; ++e) o[e] *= alpha[(e / 2) % 2];
+}
+
+/// P̃ rounded to T as wgmma's A fragments: k-step kk (keys 16kk..16kk+15) is S's n-blocks 2kk and
+/// 2kk + 1, the same registers chapter 7 reuses for mma.sync.
+template <class T, int Bc>
+__device__ __forceinline__ void pack_p(std::uint32_t (&a)[Bc / 16][4], const float (&s)[Bc / 2]) {
 #pragma unroll
     for (int kk = 0; kk < Bc / 16; ++kk)
 #pragma unroll
         for (int r = 0; r < 4; ++r) a[kk][r] = tc::pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-    fence_registers(st.o);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk) wgmma_rs<T, D>(st.o, a[kk], mn_major_descriptor(v, Bc, kk));
-    wgmma_commit();
+}
+
+/// Lines 8–11 of Alg. 1 for key tile j, by consumer warpgroup `wg` of query tile i, one after the
+/// other (steps 1–4). In step 4 the products wait for this warpgroup's turn.
+template <class T, int D, int Br, int Bc, bool Pingpong = false>
+__device__ __forceinline__ void consume_tile(RowState<D>& st, const T* sQ, const T* sK, const T* sV, int wg,
+                                             int i, int j, int n_tiles, const Params<T>& p) {
+    float s[Bc / 2], alpha[2];
+    if constexpr (Pingpong) named_barrier_sync(turn_barrier(wg), 256);
+    issue_s<T, D, Br, Bc>(s, sQ, sK, wg);
+    if constexpr (Pingpong)  // step 4: the other consumer may issue its products now
+        if (arrives_after(wg, j, n_tiles)) named_barrier_arrive(turn_barrier(1 - wg), 256);
+    wgmma_wait<0>();
+    fence_registers(s);
+    softmax<T, D, Br, Bc>(st, s, alpha, wg, i, j, p);
+    rescale<D>(st.o, alpha);
+    std::uint32_t a[Bc / 16][4];
+    pack_p<T, Bc>(a, s);
+    issue_pv<T, D, Bc>(st.o, a, sV);
     wgmma_wait<0>();
     fence_registers(st.o);
 }
@@ -185,7 +216,7 @@ __global__ void __launch_bounds__(step_config(Step).threads(), 1)
             load_tile_swizzled<T, D, Bc>(sK, p.K + head, j * Bc, p.N, threadIdx.x, blockDim.x);
             load_tile_swizzled<T, D, Bc>(sV, p.V + head, j * Bc, p.N, threadIdx.x, blockDim.x);
             __syncthreads();
-            consume_tile<T, D, Br, Bc>(st, sQ, sK, sV, wg, i, j, p);
+            consume_tile<T, D, Br, Bc>(st, sQ, sK, sV, wg, i, j, n_tiles, p);
         }
     } else {
         constexpr std::uint32_t kv_bytes = 2 * tma_box(Bc, D).bytes(), q_bytes = tma_box(Br, D).bytes();
@@ -218,12 +249,12 @@ __global__ void __launch_bounds__(step_config(Step).threads(), 1)
             for (int j = 0; j < n_tiles; ++j) {
                 const int s = stage_of(j, S);
                 mbarrier_wait(&full[s], parity_of(j, S));
-                consume_tile<T, D, Br, Bc>(st, sQ, sK + s * Bc * D, sV + s * Bc * D, wg, i, j, p);
+                consume_tile<T, D, Br, Bc>(st, sQ, sK + s * Bc * D, sV + s * Bc * D, wg, i, j, n_tiles, p);
                 __syncthreads();  // every warpgroup is done with stage s
                 if (threadIdx.x == 0 && j + S < n_tiles) issue_kv(j + S);
             }
         } else {
-            // step 3: warpgroup 0 produces (one thread issues every copy), the others consume;
+            // step 3 (and 4, 5): warpgroup 0 produces (one thread issues every copy), the others consume;
             // setmaxnreg gives the producer's registers to the consumers.
             if (wg < 0) {
                 setmaxnreg_dec<kProducerRegisters>();
@@ -238,13 +269,53 @@ __global__ void __launch_bounds__(step_config(Step).threads(), 1)
                 return;
             }
             setmaxnreg_inc<kConsumerRegisters>();
-            mbarrier_wait(q_full, 0);
-            for (int j = 0; j < n_tiles; ++j) {
-                const int s = stage_of(j, S);
-                mbarrier_wait(&full[s], parity_of(j, S));
-                consume_tile<T, D, Br, Bc>(st, sQ, sK + s * Bc * D, sV + s * Bc * D, wg, i, j, p);
+            auto release = [&](int j) {  // every consumer warp is done with tile j's stage
                 __syncwarp();
-                if (threadIdx.x % 32 == 0) mbarrier_arrive(&empty[s]);
+                if (threadIdx.x % 32 == 0) mbarrier_arrive(&empty[stage_of(j, S)]);
+            };
+            auto k_of = [&](int j) { return sK + stage_of(j, S) * Bc * D; };
+            auto v_of = [&](int j) { return sV + stage_of(j, S) * Bc * D; };
+            mbarrier_wait(q_full, 0);
+            if constexpr (Step == kPingpong || Step == kOverlap)
+                if (arrives_before_first(wg)) named_barrier_arrive(turn_barrier(1 - wg), 256);
+            if constexpr (Step != kOverlap) {
+                for (int j = 0; j < n_tiles; ++j) {
+                    mbarrier_wait(&full[stage_of(j, S)], parity_of(j, S));
+                    consume_tile<T, D, Br, Bc, Step == kPingpong>(st, sQ, k_of(j), v_of(j), wg, i, j, n_tiles, p);
+                    release(released_after(Step, j));
+                }
+            } else {
+                // step 5: per tile j, S_j and P̃_{j−1} V_{j−1} go to the tensor cores together (in
+                // this warpgroup's turn); the softmax of S_j then runs while P̃_{j−1} V_{j−1} does.
+                float s[Bc / 2], alpha[2];
+                std::uint32_t a[Bc / 16][4];
+                mbarrier_wait(&full[0], parity_of(0, S));
+                named_barrier_sync(turn_barrier(wg), 256);
+                issue_s<T, D, Br, Bc>(s, sQ, k_of(0), wg);
+                if (arrives_after(wg, 0, n_tiles)) named_barrier_arrive(turn_barrier(1 - wg), 256);
+                wgmma_wait<0>();
+                fence_registers(s);
+                softmax<T, D, Br, Bc>(st, s, alpha, wg, i, 0, p);
+                pack_p<T, Bc>(a, s);
+                for (int j = 1; j < n_tiles; ++j) {
+                    mbarrier_wait(&full[stage_of(j, S)], parity_of(j, S));
+                    named_barrier_sync(turn_barrier(wg), 256);
+                    issue_s<T, D, Br, Bc>(s, sQ, k_of(j), wg);
+                    issue_pv<T, D, Bc>(st.o, a, v_of(j - 1));
+                    if (arrives_after(wg, j, n_tiles)) named_barrier_arrive(turn_barrier(1 - wg), 256);
+                    wgmma_wait<1>();  // S_j is done; P̃_{j−1} V_{j−1} may still run
+                    fence_registers(s);
+                    softmax<T, D, Br, Bc>(st, s, alpha, wg, i, j, p);
+                    wgmma_wait<0>();  // P̃_{j−1} V_{j−1} is done: O may be rescaled, a reused
+                    fence_registers(st.o);
+                    release(released_after(Step, j));
+                    rescale<D>(st.o, alpha);
+                    pack_p<T, Bc>(a, s);
+                }
+                issue_pv<T, D, Bc>(st.o, a, v_of(n_tiles - 1));
+                wgmma_wait<0>();
+                fence_registers(st.o);
+                release(n_tiles - 1);
             }
         }
     }

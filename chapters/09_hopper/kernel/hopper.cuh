@@ -1,7 +1,7 @@
 /// @file hopper.cuh
 /// @brief The Hopper-only PTX chapter 9 uses, one small function per instruction (README.md has
 /// the table): wgmma and its fences, mbarrier, TMA (cp.async.bulk.tensor), fence.proxy.async,
-/// setmaxnreg. wgmma and setmaxnreg need the sm_90a target (-gencode arch=compute_90a,code=sm_90a).
+/// named barriers, setmaxnreg. wgmma and setmaxnreg need the sm_90a target (-gencode arch=compute_90a,code=sm_90a).
 #pragma once
 
 #include <cuda.h>
@@ -97,6 +97,17 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, i
 /// async proxy); each writing thread runs it before the barrier that publishes the data.
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- named barriers: a barrier among some warps of the block (id 0 is __syncthreads) ---------------
+
+/// Waits until `threads` threads (whole warps) have reached barrier `id`, counting this warp.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+/// Counts this warp at barrier `id` without waiting.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- setmaxnreg: move registers between warpgroups ----------------------------------------------

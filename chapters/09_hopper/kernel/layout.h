@@ -86,9 +86,24 @@ enum Step : int {
     kWgmma = 1,       ///< wgmma from swizzled shared memory, tiles loaded by every thread
     kTma = 2,         ///< + TMA loads of K/V into a 2-stage ring of mbarriers
     kSpecialized = 3, ///< + a producer warpgroup, setmaxnreg, consumers never load
+    kPingpong = 4,    ///< + the two consumers take turns on the tensor cores (named barriers)
+    kOverlap = 5,     ///< + S of tile j issued with P V of tile j − 1, before the softmax of j
 };
 constexpr int kFirstStep = kWgmma;
-constexpr int kLastStep = kSpecialized;
+constexpr int kLastStep = kOverlap;
+
+/// Step 4's turns: consumer 0 issues its products for tile j, then consumer 1, then consumer 0 for
+/// j + 1... Before its products a consumer waits (bar.sync) on its own named barrier; after issuing
+/// them it arrives (bar.arrive) on the other's. Consumer 1 arrives once before its first tile to
+/// let consumer 0 start, and not after its last, so that each barrier sees as many arrivals as
+/// waits. Named barrier 0 is __syncthreads; consumer w uses 1 + w.
+CH9_HD constexpr int turn_barrier(int wg) { return 1 + wg; }
+CH9_HD constexpr bool arrives_before_first(int wg) { return wg == 1; }
+CH9_HD constexpr bool arrives_after(int wg, int j, int n_tiles) { return !(wg == 1 && j == n_tiles - 1); }
+
+/// Key tile whose stage a consumer releases after iteration j: step 5 still reads V_{j−1} while
+/// it computes the softmax of tile j, so it frees stage j − 1 (and the last stage after the loop).
+CH9_HD constexpr int released_after(int step, int j) { return step >= kOverlap ? j - 1 : j; }
 
 /// Tiles and threads of a step: B_r = 128 query rows per block (64 per consumer warpgroup, the M
 /// of one wgmma), B_c = 128 keys per tile.
@@ -103,7 +118,7 @@ struct StepConfig {
 CH9_HD constexpr StepConfig step_config(int step) {
     return step == kWgmma ? StepConfig{128, 128, 2, 0, 1}
          : step == kTma   ? StepConfig{128, 128, 2, 0, 2}
-                          : StepConfig{128, 128, 2, 1, 2};
+                          : StepConfig{128, 128, 2, 1, 2};  // steps 3-5
 }
 
 }  // namespace ch9
