@@ -10,6 +10,7 @@
 // outputs poisoned; nothing written past O and L. They need compute capability 9.0.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "../chapters/07_tensor_cores/chapter7.h"
+#include "../chapters/09_hopper/building_blocks.h"
 #include "../chapters/09_hopper/chapter9.h"
 #include "../common/attention.h"
 #include "../common/attention_gpu.h"
@@ -372,6 +374,52 @@ TEST_CASE("CPU mirror at the kernels' B_c: exact without rounding, within the 16
         CHECK(bf16.check.O.rel_l2 > 0);
         CHECK(bf16.check.O.rel_l2 < 2e-2);
     }
+}
+
+// Both wgmma forms alone: the descriptors of layout.h against the hardware (the CPU test above
+// checks them against the model; this checks the model). Exact up to fp32 accumulation order.
+template <class T>
+void wgmma_blocks() {
+    std::mt19937 rng(17);
+    std::uniform_real_distribution<float> u(-1.0f, 1.5f);
+    auto random_T = [&](std::size_t n) {
+        std::vector<T> x(n);
+        for (T& v : x) v = T(u(rng));
+        return x;
+    };
+    const std::vector<T> A = random_T(64 * 128), B = random_T(64 * 128);
+    const std::vector<float> C = wgmma_ss_block<T>(A, B);
+    double worst = 0;
+    for (int m = 0; m < 64; ++m)
+        for (int n = 0; n < 64; ++n) {
+            double ref = 0;
+            for (int k = 0; k < 128; ++k) ref += double(fa::to_float(A[m * 128 + k])) * fa::to_float(B[n * 128 + k]);
+            const double err = std::fabs(C[m * 64 + n] - ref) / (1.0 + std::fabs(ref));
+            worst = std::isnan(err) ? INFINITY : std::max(worst, err);
+        }
+    INFO(fa::dtype_name<T>() << " S form (K-major A and B): worst relative error " << worst);
+    CHECK(worst < 1e-5);
+    std::vector<float> P(64 * 64);
+    for (float& x : P) x = u(rng);
+    const std::vector<T> V = random_T(64 * 128);
+    const std::vector<float> O = wgmma_rs_block<T>(P, V);
+    worst = 0;
+    for (int m = 0; m < 64; ++m)
+        for (int n = 0; n < 128; ++n) {
+            double ref = 0;
+            for (int k = 0; k < 64; ++k) ref += double(fa::to_float(T(P[m * 64 + k]))) * fa::to_float(V[k * 128 + n]);
+            const double err = std::fabs(O[m * 128 + n] - ref) / (1.0 + std::fabs(ref));
+            worst = std::isnan(err) ? INFINITY : std::max(worst, err);
+        }
+    INFO(fa::dtype_name<T>() << " PV form (A from registers, V MN-major): worst relative error " << worst);
+    CHECK(worst < 1e-5);
+}
+
+TEST_CASE("building blocks: wgmma with K-major and MN-major descriptors equals the products",
+          "[gpu][chapter9][v1][v2][v3][v4][v5]") {
+    REQUIRE(have_sm90());
+    wgmma_blocks<__nv_bfloat16>();
+    wgmma_blocks<__half>();
 }
 
 #define CHAPTER9_STEP_TESTS(K)                                                                            \
