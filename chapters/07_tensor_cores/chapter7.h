@@ -65,6 +65,11 @@ KernelResources kernel_resources(int variant, int D, int candidate = -1);
 template <class T>
 double mma_sync_tflops(int repeat);
 
+/// The dense-GEMM rate this GPU reaches (TF/s): cuBLAS cublasGemmEx, n = 8192, T in and out, fp32
+/// accumulation, median of `repeat` runs with L2 flushed (gemm_rate.cu). --bench's "% of GEMM".
+template <class T>
+double cublas_gemm_tflops(int repeat);
+
 /// O = softmax(Q Kᵀ·scale) V and L = rowwise logsumexp (natural log) on the default stream, for
 /// device arrays; the shape must be supported (unsupported_reason) and the device too.
 template <class T>

@@ -33,6 +33,12 @@ struct KernelResources {
 template <class T>
 KernelResources kernel_resources(int step, int D);
 
+/// The rate of wgmma m64n128k16 alone (TF/s, median of `repeat` runs): operands in shared memory,
+/// one group in flight behind the one being issued, one block of two warpgroups per SM
+/// (wgmma_peak.cu). Needs compute capability 9.0.
+template <class T>
+double wgmma_tflops(int repeat);
+
 /// O = softmax(Q Kᵀ·scale) V and L = rowwise logsumexp on the default stream, device arrays.
 template <class T>
 void forward(int step, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O, float* L);

@@ -17,7 +17,7 @@ build/tests/chapter09_test 2>&1 | tail -40 | tee "$OUT/tests.txt"
 shape="--batch 4 --heads 16 --seq 8192 --dim 128"
 for dt in bf16 fp16; do
     for c in "" "--causal"; do
-        ./chapter9 --ladder --ch7 --dtype $dt $shape $c --repeat 20 2>&1 | tee "$OUT/ladder-$dt$c.txt" | tail -6
+        ./chapter9 --ladder --ch7 --bench --dtype $dt $shape $c --repeat 20 2>&1 | tee "$OUT/ladder-$dt$c.txt" | tail -9
     done
 done
 ./chapter9 --ladder --ch7 --dtype bf16 --batch 4 --heads 16 --seq 8192 --dim 64 --repeat 20 2>&1 |

@@ -3,7 +3,8 @@
 //   make chapter9 && ./chapter9                                  step 5 (the last), bf16, D = 64
 //   ./chapter9 --step 1 --dtype fp16 --dim 128 --causal          one step of the ladder
 //   ./chapter9 --ladder --seq 8192 --batch 4 --heads 8 --dim 128 every step, checked and timed
-//   ./chapter9 --ladder --ch7                                    the same, next to chapter 7's kernel 6
+//   ./chapter9 --ladder --ch7 --bench                            the same, next to chapter 7's kernel 6,
+//                                                                with the cuBLAS GEMM and wgmma-alone rates
 //
 // Checks O and L against the float64 reference with chapter 7's 2x rule (its CPU mirror), then times.
 // Needs a GPU of compute capability 9.0 (H100, H200); on any other it says so and exits 1.
@@ -24,7 +25,7 @@ namespace {
 struct Options {
     std::string dtype = "bf16";
     int step = ch9::kLastStep;
-    bool ladder = false, ch7 = false;
+    bool ladder = false, ch7 = false, bench = false;
 };
 
 struct Row {
@@ -91,12 +92,22 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
         rows.push_back(row);
     }
     if (!run_args.save_npy.empty()) fa::save_forward_npy(run_args.save_npy, p, d.O_host(), d.L_host());
-    if (rows.size() > 1) {
-        std::printf("\n%-22s %5s %6s %8s %9s  check\n", "kernel", "regs", "spill", "smem KB", "TF/s");
-        for (const Row& r : rows)
-            std::printf("%-22s %5d %6zu %8.1f %9.1f  %s\n", r.name.c_str(), r.res.registers, r.res.local_bytes,
-                        r.res.smem_bytes / 1024.0, r.timed ? r.tflops : 0.0,
-                        !r.checked ? "skipped" : r.passed ? "PASS" : "FAIL");
+    double gemm = 0, wgmma = 0;  // the two ceilings of --bench (TF/s)
+    if (o.bench && !run_args.no_bench) {
+        std::printf("\n");
+        gemm = ch7::cublas_gemm_tflops<T>(run_args.repeat);
+        wgmma = ch9::wgmma_tflops<T>(run_args.repeat);
+    }
+    if (rows.size() > 1 || gemm > 0) {
+        std::printf("\n%-22s %5s %6s %8s %9s", "kernel", "regs", "spill", "smem KB", "TF/s");
+        if (gemm > 0) std::printf(" %9s %9s", "% of GEMM", "% of wgmma");
+        std::printf("  check\n");
+        for (const Row& r : rows) {
+            std::printf("%-22s %5d %6zu %8.1f %9.1f", r.name.c_str(), r.res.registers, r.res.local_bytes,
+                        r.res.smem_bytes / 1024.0, r.timed ? r.tflops : 0.0);
+            if (gemm > 0) std::printf(" %8.1f%% %9.1f%%", 100 * r.tflops / gemm, 100 * r.tflops / wgmma);
+            std::printf("  %s\n", !r.checked ? "skipped" : r.passed ? "PASS" : "FAIL");
+        }
     }
     std::printf("%s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
@@ -116,6 +127,7 @@ int main(int argc, char** argv) {
     cli.option("--step", &o.step, "1 wgmma, 2 TMA ring, 3 warp-specialized, 4 pingpong, 5 intra-warpgroup overlap", ch9::kFirstStep, ch9::kLastStep);
     cli.flag("--ladder", &o.ladder, "run every step and print a table");
     cli.flag("--ch7", &o.ch7, "also run chapter 7's kernel 6 (mma.sync) on the same inputs");
+    cli.flag("--bench", &o.bench, "also time a cuBLAS GEMM (8192^3) and wgmma alone, for % of GEMM and % of wgmma columns");
     cli.parse(argc, argv);
     if (o.dtype != "fp16" && o.dtype != "bf16") {
         std::fprintf(stderr, "chapter9: error: --dtype must be fp16 or bf16 (got '%s')\n", o.dtype.c_str());
