@@ -181,7 +181,7 @@ TEST_CASE("matrix descriptor: the bit fields of the PTX ISA", "[cpu][chapter9]")
 }
 
 TEST_CASE("descriptors: every element each wgmma k-step reads is the one S = Q K^T and O += P V need",
-          "[cpu][chapter9][v1][v2][v3]") {
+          "[cpu][chapter9][v1][v2][v3][v4][v5][v6]") {
     const std::uint32_t base = 0x4000;  // any 1024-aligned tile start
     const int Br = 128, Bc = 128;
     for (int D : {64, 128}) {
@@ -211,7 +211,7 @@ TEST_CASE("descriptors: every element each wgmma k-step reads is the one S = Q K
     }
 }
 
-TEST_CASE("TMA box: 128-byte rows (the 128B swizzle's limit), the whole tile in D/64 copies", "[cpu][chapter9][v2][v3]") {
+TEST_CASE("TMA box: 128-byte rows (the 128B swizzle's limit), the whole tile in D/64 copies", "[cpu][chapter9][v2][v3][v4][v5][v6]") {
     for (int D : {64, 128})
         for (int rows : {64, 128}) {
             const TmaBox b = tma_box(rows, D);
@@ -247,7 +247,7 @@ TEST_CASE("tile plan: the visited key tiles and the masked ones, against brute f
 }
 
 TEST_CASE("mbarrier ring: under any interleaving each consumer reads the tile it waits for",
-          "[cpu][chapter9][v2][v3][v4][v5]") {
+          "[cpu][chapter9][v2][v3][v4][v5][v6]") {
     // A model of step 3: the producer fills stage stage_of(j) after waiting on `empty` for the
     // release of tile j − S; consumers wait on `full` with parity_of(j). An mbarrier is a phase
     // counter; try_wait.parity(P) succeeds once the phase with parity P has completed, i.e. while
@@ -290,7 +290,7 @@ TEST_CASE("mbarrier ring: under any interleaving each consumer reads the tile it
 }
 
 TEST_CASE("pingpong: each named barrier sees as many arrivals as waits, and the turns alternate",
-          "[cpu][chapter9][v4][v5]") {
+          "[cpu][chapter9][v4][v5][v6]") {
     // Model: consumer w, for tile j = 0..n−1: wait on barrier turn_barrier(w) (bar.sync: returns
     // once the other consumer's arrivals cover it), issue its products, maybe arrive on the other's.
     for (int n : {1, 2, 7}) {
@@ -325,6 +325,10 @@ TEST_CASE("pingpong: each named barrier sees as many arrivals as waits, and the 
         }
         CHECK(turn_barrier(0) != 0);  // barrier 0 belongs to __syncthreads
         CHECK(turn_barrier(0) != turn_barrier(1));
+        for (int w = 0; w < 2; ++w)  // step 6's store barriers are neither __syncthreads' nor a turn's
+            CHECK((store_barrier(w) != 0 && store_barrier(w) != turn_barrier(0) && store_barrier(w) != turn_barrier(1)));
+        CHECK(store_barrier(0) != store_barrier(1));
+        CHECK(store_barrier(1) < 16);  // a block has 16 named barriers
     }
 }
 
@@ -416,7 +420,7 @@ void wgmma_blocks() {
 }
 
 TEST_CASE("building blocks: wgmma with K-major and MN-major descriptors equals the products",
-          "[gpu][chapter9][v1][v2][v3][v4][v5]") {
+          "[gpu][chapter9][v1][v2][v3][v4][v5][v6]") {
     REQUIRE(have_sm90());
     wgmma_blocks<__nv_bfloat16>();
     wgmma_blocks<__half>();
@@ -438,4 +442,5 @@ CHAPTER9_STEP_TESTS(2)
 CHAPTER9_STEP_TESTS(3)
 CHAPTER9_STEP_TESTS(4)
 CHAPTER9_STEP_TESTS(5)
-static_assert(kFirstStep == 1 && kLastStep == 5, "one CHAPTER9_STEP_TESTS line per step");
+CHAPTER9_STEP_TESTS(6)
+static_assert(kFirstStep == 1 && kLastStep == 6, "one CHAPTER9_STEP_TESTS line per step");

@@ -14,7 +14,7 @@
 
 namespace ch9 {
 
-/// "1-wgmma", "2-tma", "3-warp-specialized", "4-pingpong", "5-overlap".
+/// "1-wgmma", "2-tma", "3-warp-specialized", "4-pingpong", "5-overlap", "6-tma-store".
 std::string step_name(int step);
 
 /// Empty when `step` can run shape `s`; otherwise why not.

@@ -15,7 +15,7 @@
 namespace ch9 {
 
 std::string step_name(int step) {
-    static const char* names[] = {"1-wgmma", "2-tma", "3-warp-specialized", "4-pingpong", "5-overlap"};
+    static const char* names[] = {"1-wgmma", "2-tma", "3-warp-specialized", "4-pingpong", "5-overlap", "6-tma-store"};
     return step >= kFirstStep && step <= kLastStep ? names[step - 1] : "unknown";
 }
 
@@ -66,7 +66,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
     return fn;
 }
 
-/// The tensor map of Q, K or V seen as a 3-D tensor (D, N, B·H): boxes of tma_box(rows, D), 128B
+/// The tensor map of Q, K, V or O seen as a 3-D tensor (D, N, B·H): boxes of tma_box(rows, D), 128B
 /// swizzle (layout.h), rows past N filled with zeros.
 template <class T>
 CUtensorMap tensor_map(const T* x, const fa::AttnShape& s, int rows) {
@@ -94,7 +94,8 @@ auto kernel_of(int step) {
          : step == kTma        ? flash_forward_kernel<T, D, kTma>
          : step == kSpecialized ? flash_forward_kernel<T, D, kSpecialized>
          : step == kPingpong   ? flash_forward_kernel<T, D, kPingpong>
-                               : flash_forward_kernel<T, D, kOverlap>;
+         : step == kOverlap    ? flash_forward_kernel<T, D, kOverlap>
+                               : flash_forward_kernel<T, D, kTmaStore>;
 }
 
 template <class T, int D>
@@ -105,7 +106,7 @@ void launch(int step, const fa::AttnShape& s, const T* Q, const T* K, const T* V
     const Params<T> p{Q, K, V, O, L, s.N, s.H, s.scale, float(s.scale * fa::kLog2e), s.causal};
     const dim3 grid(unsigned(fa::ceil_div(s.N, c.Br)), unsigned(s.H), unsigned(s.B));
     kernel<<<grid, c.threads(), c.smem_bytes(D)>>>(tensor_map(Q, s, c.Br), tensor_map(K, s, c.Bc),
-                                                    tensor_map(V, s, c.Bc), p);
+                                                    tensor_map(V, s, c.Bc), tensor_map(O, s, c.Br / c.consumers), p);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,6 @@
 // Chapter 9 program: the FlashAttention forward on Hopper (wgmma, TMA, warp specialization).
 //
-//   make chapter9 && ./chapter9                                  step 5 (the last), bf16, D = 64
+//   make chapter9 && ./chapter9                                  step 6 (the last), bf16, D = 64
 //   ./chapter9 --step 1 --dtype fp16 --dim 128 --causal          one step of the ladder
 //   ./chapter9 --ladder --seq 8192 --batch 4 --heads 8 --dim 128 every step, checked and timed
 //   ./chapter9 --ladder --ch7 --bench                            the same, next to chapter 7's kernel 6,
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     fa::add_attention_options(cli, attn);
     Options o;
     cli.option("--dtype", &o.dtype, "element type of Q, K, V, O: fp16 or bf16");
-    cli.option("--step", &o.step, "1 wgmma, 2 TMA ring, 3 warp-specialized, 4 pingpong, 5 intra-warpgroup overlap", ch9::kFirstStep, ch9::kLastStep);
+    cli.option("--step", &o.step, "1 wgmma, 2 TMA ring, 3 warp-specialized, 4 pingpong, 5 intra-warpgroup overlap, 6 TMA store of O", ch9::kFirstStep, ch9::kLastStep);
     cli.flag("--ladder", &o.ladder, "run every step and print a table");
     cli.flag("--ch7", &o.ch7, "also run chapter 7's kernel 6 (mma.sync) on the same inputs");
     cli.flag("--bench", &o.bench, "also time a cuBLAS GEMM (8192^3) and wgmma alone, for % of GEMM and % of wgmma columns");

@@ -171,6 +171,35 @@ __device__ void store_rows(RowState<D>& st, int wg, int i, std::size_t bh, const
     }
 }
 
+/// Step 6's lines 12–13: O_i / l_i rounded to T into this warpgroup's 64 rows of the Q tile (no
+/// longer read: each warpgroup's products read its own rows only), swizzled as TMA expects; then
+/// one thread stores the D/64 boxes of 64 rows, and TMA leaves out the rows past N. L as before.
+template <class T, int D, int Br>
+__device__ void store_rows_tma(RowState<D>& st, T* sQ, const CUtensorMap* map, int wg, int i, int bh,
+                               const Params<T>& p) {
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
+        st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
+        const int local = 64 * wg + 16 * warp + g + 8 * r, row = i * Br + local;
+        const float inv = 1.f / st.l[r];
+#pragma unroll
+        for (int nb = 0; nb < D / 8; ++nb)
+            *reinterpret_cast<std::uint32_t*>(sQ + swizzle128(local, 8 * nb + 2 * t, Br)) =
+                tc::pack2<T>(st.o[4 * nb + 2 * r] * inv, st.o[4 * nb + 2 * r + 1] * inv);
+        if (t == 0 && row < p.N) p.L[std::size_t(bh) * p.N + row] = st.m[r] * p.scale + logf(st.l[r]);
+    }
+    fence_proxy_async();  // TMA (the async proxy) reads what these ordinary stores wrote
+    named_barrier_sync(store_barrier(wg), 128);
+    if (threadIdx.x % 128 == 0) {
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) tma_store_3d(map, 64 * c, i * Br + 64 * wg, bh, sQ + c * Br * 64 + 64 * wg * 64);
+        tma_store_commit_and_wait_read();  // shared memory must outlive the copy's reads
+    }
+}
+
 /// Issues the TMA copies of a tile (D/64 boxes of 64 columns × R rows) at row `row0` of head bh.
 template <int D, int R, class T>
 __device__ void tma_tile(T* dst, const CUtensorMap* map, int row0, int bh, std::uint64_t* bar) {
@@ -183,7 +212,8 @@ __device__ void tma_tile(T* dst, const CUtensorMap* map, int row0, int bh, std::
 template <class T, int D, int Step>
 __global__ void __launch_bounds__(step_config(Step).threads(), 1)
     flash_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                         const __grid_constant__ CUtensorMap tmV, const Params<T> p) {
+                         const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmO,
+                         const Params<T> p) {
 #if CH9_SM90A
     constexpr StepConfig C = step_config(Step);
     constexpr int Br = C.Br, Bc = C.Bc, S = C.stages;
@@ -254,7 +284,7 @@ __global__ void __launch_bounds__(step_config(Step).threads(), 1)
                 if (threadIdx.x == 0 && j + S < n_tiles) issue_kv(j + S);
             }
         } else {
-            // step 3 (and 4, 5): warpgroup 0 produces (one thread issues every copy), the others consume;
+            // step 3 (and 4-6): warpgroup 0 produces (one thread issues every copy), the others consume;
             // setmaxnreg gives the producer's registers to the consumers.
             if (wg < 0) {
                 setmaxnreg_dec<kProducerRegisters>();
@@ -276,16 +306,16 @@ __global__ void __launch_bounds__(step_config(Step).threads(), 1)
             auto k_of = [&](int j) { return sK + stage_of(j, S) * Bc * D; };
             auto v_of = [&](int j) { return sV + stage_of(j, S) * Bc * D; };
             mbarrier_wait(q_full, 0);
-            if constexpr (Step == kPingpong || Step == kOverlap)
+            if constexpr (Step >= kPingpong)
                 if (arrives_before_first(wg)) named_barrier_arrive(turn_barrier(1 - wg), 256);
-            if constexpr (Step != kOverlap) {
+            if constexpr (Step < kOverlap) {
                 for (int j = 0; j < n_tiles; ++j) {
                     mbarrier_wait(&full[stage_of(j, S)], parity_of(j, S));
                     consume_tile<T, D, Br, Bc, Step == kPingpong>(st, sQ, k_of(j), v_of(j), wg, i, j, n_tiles, p);
                     release(released_after(Step, j));
                 }
             } else {
-                // step 5: per tile j, S_j and P̃_{j−1} V_{j−1} go to the tensor cores together (in
+                // step 5 (and 6): per tile j, S_j and P̃_{j−1} V_{j−1} go to the tensor cores together (in
                 // this warpgroup's turn); the softmax of S_j then runs while P̃_{j−1} V_{j−1} does.
                 float s[Bc / 2], alpha[2];
                 std::uint32_t a[Bc / 16][4];
@@ -319,7 +349,8 @@ __global__ void __launch_bounds__(step_config(Step).threads(), 1)
             }
         }
     }
-    store_rows<T, D, Br>(st, wg, i, std::size_t(bh), p);
+    if constexpr (Step == kTmaStore) store_rows_tma<T, D, Br>(st, sQ, &tmO, wg, i, bh, p);  // step 6:
+    else store_rows<T, D, Br>(st, wg, i, std::size_t(bh), p);
 #else
     __trap();  // built without sm_90a; the host refuses other devices before launching
 #endif

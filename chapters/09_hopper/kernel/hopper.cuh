@@ -93,6 +93,19 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, i
         : "memory");
 }
 
+/// Copies the box at (c0, c1, c2) of the tensor `map` describes from `src` in shared memory to
+/// global memory (elements outside the tensor are not written), as part of this thread's bulk group.
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, int c0, int c1, int c2, const void* src) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                     reinterpret_cast<std::uint64_t>(map)),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(src))
+                 : "memory");
+}
+/// Closes this thread's bulk copies into a group, and waits until they have read shared memory.
+__device__ __forceinline__ void tma_store_commit_and_wait_read() {
+    asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 /// Orders this thread's ordinary shared-memory writes before later reads by wgmma or TMA (the
 /// async proxy); each writing thread runs it before the barrier that publishes the data.
 __device__ __forceinline__ void fence_proxy_async() {

@@ -88,9 +88,10 @@ enum Step : int {
     kSpecialized = 3, ///< + a producer warpgroup, setmaxnreg, consumers never load
     kPingpong = 4,    ///< + the two consumers take turns on the tensor cores (named barriers)
     kOverlap = 5,     ///< + S of tile j issued with P V of tile j − 1, before the softmax of j
+    kTmaStore = 6,    ///< + O written through shared memory (over Q) by a TMA store
 };
 constexpr int kFirstStep = kWgmma;
-constexpr int kLastStep = kOverlap;
+constexpr int kLastStep = kTmaStore;
 
 /// Step 4's turns: consumer 0 issues its products for tile j, then consumer 1, then consumer 0 for
 /// j + 1... Before its products a consumer waits (bar.sync) on its own named barrier; after issuing
@@ -100,6 +101,10 @@ constexpr int kLastStep = kOverlap;
 CH9_HD constexpr int turn_barrier(int wg) { return 1 + wg; }
 CH9_HD constexpr bool arrives_before_first(int wg) { return wg == 1; }
 CH9_HD constexpr bool arrives_after(int wg, int j, int n_tiles) { return !(wg == 1 && j == n_tiles - 1); }
+
+/// Step 6: consumer w's 128 threads meet on named barrier 3 + w once its slice of O is in shared
+/// memory, before one of them hands the slice to TMA.
+CH9_HD constexpr int store_barrier(int wg) { return 3 + wg; }
 
 /// Key tile whose stage a consumer releases after iteration j: step 5 still reads V_{j−1} while
 /// it computes the softmax of tile j, so it frees stage j − 1 (and the last stage after the loop).
@@ -118,7 +123,7 @@ struct StepConfig {
 CH9_HD constexpr StepConfig step_config(int step) {
     return step == kWgmma ? StepConfig{128, 128, 2, 0, 1}
          : step == kTma   ? StepConfig{128, 128, 2, 0, 2}
-                          : StepConfig{128, 128, 2, 1, 2};  // steps 3-5
+                          : StepConfig{128, 128, 2, 1, 2};  // steps 3-6
 }
 
 }  // namespace ch9
