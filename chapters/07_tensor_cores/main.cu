@@ -25,6 +25,7 @@
 #include "../../common/gpu_timer.h"
 #include "../../common/math.h"
 #include "chapter7.h"
+#include "report.h"
 
 namespace {
 
@@ -41,14 +42,6 @@ struct Job {
     int variant, candidate;
 };
 
-/// One line of the summary table.
-struct Row {
-    std::string name, tiles;
-    ch7::KernelResources res;
-    double median_ms = 0, tflops = 0;
-    bool timed = false, checked = false, passed = true;
-};
-
 /// The kernels the options ask for, in order.
 std::vector<Job> jobs_of(const Options& o, int D) {
     std::vector<Job> jobs;
@@ -60,37 +53,11 @@ std::vector<Job> jobs_of(const Options& o, int D) {
     return jobs;
 }
 
-/// The two ceilings --bench measures (TF/s; 0 when not measured).
-struct Ceilings {
-    double gemm = 0;  ///< cuBLAS GEMM (wgmma on Hopper)
-    double mma = 0;   ///< mma.sync alone, the instruction variants 2–6 are built on
-};
-
-void print_summary(const std::vector<Row>& rows, const Ceilings& c) {
-    std::printf("\n%-22s %-66s %5s %6s %7s %4s %10s %9s", "kernel", "tiles", "regs", "spill", "smem KB",
-                "blk", "median ms", "TF/s");
-    if (c.gemm > 0) std::printf(" %9s %9s", "% of GEMM", "% of mma");
-    std::printf("  check\n");
-    for (const Row& r : rows) {
-        std::printf("%-22s %-66s %5d %6zu %7.1f %4d", r.name.c_str(), r.tiles.c_str(), r.res.registers,
-                    r.res.local_bytes, r.res.smem_bytes / 1024.0, r.res.blocks_per_sm);
-        if (r.timed) std::printf(" %10.4f %9.2f", r.median_ms, r.tflops);
-        else std::printf(" %10s %9s", "-", "-");
-        if (c.gemm > 0) {
-            if (r.timed) std::printf(" %8.1f%% %8.1f%%", 100.0 * r.tflops / c.gemm, 100.0 * r.tflops / c.mma);
-            else std::printf(" %9s %9s", "-", "-");
-        }
-        std::printf("  %s\n", !r.checked ? "skipped" : r.passed ? "PASS" : "FAIL");
-    }
-}
-
 template <class T>
 int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args, const Options& o,
         const fa::DeviceInfo& dev) {
     fa::AttnProblem p = fa::problem_from_args(cli, attn, run_args);
-    fa::round_to<T>(p.Q);
-    fa::round_to<T>(p.K);
-    fa::round_to<T>(p.V);
+    fa::round_inputs_to<T>(p);
     const fa::AttnShape& s = p.shape;
     const std::vector<Job> jobs = jobs_of(o, s.D);
     for (const Job& j : jobs) {
@@ -108,58 +75,36 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
     fa::GpuTimer timer;
 
     std::map<int, ch7::MirrorErrors> mirrors;  // by B_c: the mirror's tiling follows the kernel's
-    std::vector<Row> rows;
+    std::vector<ch7::SummaryRow> rows;
     bool ok = true;
     for (const Job& j : jobs) {
         const ch7::TileConfig t = ch7::tiles(j.variant, s.D, j.candidate);
-        Row row;
+        ch7::SummaryRow row;
         row.name = ch7::variant_name(j.variant) + (j.candidate >= 0 ? "-c" + std::to_string(j.candidate) : "");
         row.tiles = t.str();
         row.res = ch7::kernel_resources<T>(j.variant, s.D, j.candidate);
-        fa::Tolerance tol = fa::kFp32Tolerance;
-        if (!run_args.no_check) {
-            if (!mirrors.count(t.Bc)) {
-                const ch7::MirrorErrors& m = mirrors[t.Bc] = ch7::mirror_errors<T>(p, t.Bc);
-                std::printf("\nCPU mirror, B_c = %d (the same 16-bit roundings, fp32 math) vs float64 on the "
-                            "sampled rows:\n  O max_abs %.3e rel_l2 %.3e   L max_abs %.3e rel_l2 %.3e\n",
-                            t.Bc, m.check.O.max_abs, m.check.O.rel_l2, m.check.L.max_abs, m.check.L.rel_l2);
-            }
-            tol = ch7::rule_tolerance(mirrors[t.Bc]);
-        }
-        char label[512];
-        std::snprintf(label, sizeof label,
-                      "\nkernel %s: %s\n  %d threads, %d registers, %zu bytes local memory (spills), %.1f KB "
-                      "shared memory, %d blocks/SM; grid %d x %d x %d on %d SMs",
-                      row.name.c_str(), row.tiles.c_str(), row.res.threads, row.res.registers,
-                      row.res.local_bytes, row.res.smem_bytes / 1024.0, row.res.blocks_per_sm,
-                      fa::ceil_div(s.N, t.Br()), s.H, s.B, dev.sm_count);
+        const ch7::MirrorErrors* baseline =
+            run_args.no_check ? nullptr : &ch7::mirror_baseline<T>(mirrors, p, t.Bc);
+        const std::string label = ch7::kernel_label(row, s, fa::ceil_div(s.N, t.Br()), dev.sm_count);
         const fa::ForwardOutcome out = fa::run_forward<T>(
-            {7, row.name, o.dtype, "fwd"}, label, p, d, run_args, &timer,
+            {7, row.name, o.dtype, "fwd"}, label.c_str(), p, d, run_args, &timer,
             [&] { ch7::forward<T>(j.variant, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get(), j.candidate); },
-            tol);
-        row.checked = out.checked;
-        if (out.checked) {
-            const ch7::RuleVerdict v = ch7::low_precision_rule(out.check, mirrors[t.Bc]);
-            std::printf("%s", v.text.c_str());
-            row.passed = v.ok && out.passed;
-        }
-        row.timed = out.timed;
-        if (out.timed) {
-            row.median_ms = out.time.median_ms;
-            row.tflops = s.flops_forward() / (out.time.median_ms * 1e-3) / 1e12;
-        }
+            baseline ? ch7::rule_tolerance(*baseline) : fa::kFp32Tolerance);
+        ch7::record_forward(row, out, baseline, s.flops_forward());
         ok &= row.passed;
         rows.push_back(row);
     }
     if (!run_args.save_npy.empty()) fa::save_forward_npy(run_args.save_npy, p, d.O_host(), d.L_host());
 
-    Ceilings ceilings;
+    // the two ceilings --bench measures: the cuBLAS GEMM (wgmma on Hopper) and mma.sync alone, the
+    // instruction variants 2–6 are built on (TF/s; 0 when not measured)
+    double gemm = 0, mma = 0;
     if (o.bench && !run_args.no_bench) {
         std::printf("\n");
-        ceilings.gemm = ch7::gemm_tflops<T>(timer, run_args.repeat);
-        ceilings.mma = ch7::mma_sync_tflops<T>(run_args.repeat);
+        gemm = ch7::gemm_tflops<T>(timer, run_args.repeat);
+        mma = ch7::mma_sync_tflops<T>(run_args.repeat);
     }
-    if (rows.size() > 1 || ceilings.gemm > 0) print_summary(rows, ceilings);
+    if (rows.size() > 1 || gemm > 0) ch7::print_summary(rows, {{"% of GEMM", gemm}, {"% of mma", mma}}, 22, 66);
     std::printf("%s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }

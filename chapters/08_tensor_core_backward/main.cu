@@ -26,6 +26,7 @@
 #include "../../common/npy.h"
 #include "../../common/results.h"
 #include "../06_backward/device_backward.h"
+#include "../07_tensor_cores/report.h"
 #include "chapter8.h"
 
 namespace {
@@ -38,13 +39,6 @@ struct Options {
 
 struct Job {
     int variant, candidate, strategy;
-};
-
-struct Row {
-    std::string name, tiles;
-    ch7::KernelResources res;
-    double median_ms = 0, tflops = 0;
-    bool timed = false, checked = false, passed = true;
 };
 
 std::vector<Job> jobs_of(const Options& o, int D) {
@@ -65,24 +59,6 @@ std::vector<Job> jobs_of(const Options& o, int D) {
 // Device bytes a backward must move at least: Q, K, V, O, dO read, dQ, dK, dV written (T), L read.
 double backward_io_bytes(const fa::AttnShape& s, std::size_t elem) {
     return 8.0 * double(s.elements()) * double(elem) + double(s.rows()) * sizeof(float);
-}
-
-void print_summary(const std::vector<Row>& rows, double mma) {
-    std::printf("\n%-26s %-80s %5s %6s %7s %4s %10s %9s", "kernel", "tiles", "regs", "spill", "smem KB", "blk",
-                "median ms", "TF/s");
-    if (mma > 0) std::printf(" %9s", "% of mma");
-    std::printf("  check\n");
-    for (const Row& r : rows) {
-        std::printf("%-26s %-80s %5d %6zu %7.1f %4d", r.name.c_str(), r.tiles.c_str(), r.res.registers,
-                    r.res.local_bytes, r.res.smem_bytes / 1024.0, r.res.blocks_per_sm);
-        if (r.timed) std::printf(" %10.4f %9.2f", r.median_ms, r.tflops);
-        else std::printf(" %10s %9s", "-", "-");
-        if (mma > 0) {
-            if (r.timed) std::printf(" %8.1f%%", 100.0 * r.tflops / mma);
-            else std::printf(" %9s", "-");
-        }
-        std::printf("  %s\n", !r.checked ? "skipped" : r.passed ? "PASS" : "FAIL");
-    }
 }
 
 template <class T>
@@ -140,12 +116,12 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& ra, cons
     }
 
     const double flops = s.flops_backward(), bytes = backward_io_bytes(s, sizeof(T));
-    std::vector<Row> rows;
+    std::vector<ch7::SummaryRow> rows;
     bool ok = true, saved = false;
     for (const Job& j : jobs) {
         const ch8::Workspace w = ch8::split_workspace(ws.get(), s, j.strategy);
         const ch8::BwdTiles tl = ch8::tiles(j.variant, s.D, j.candidate);
-        Row row;
+        ch7::SummaryRow row;
         row.name = ch8::variant_name(j.variant) + (j.candidate >= 0 ? "-c" + std::to_string(j.candidate) : "") +
                    " " + ch8::strategy_name(j.strategy);
         row.tiles = tl.str();
@@ -228,10 +204,10 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& ra, cons
         d6.L.upload(L.download());
         const fa::TimingStats t6 = timer.time([&] { ch6::backward(ch6::kAtomic, s, d6.tensors()); }, ra.repeat);
         fa::print_timing("chapter 6 time", t6, flops, 0);
-        for (const Row& r : rows)
+        for (const ch7::SummaryRow& r : rows)
             if (r.timed) std::printf("  %s: %.2f x chapter 6's speed\n", r.name.c_str(), t6.median_ms / r.median_ms);
     }
-    if (rows.size() > 1 || mma > 0) print_summary(rows, mma);
+    if (rows.size() > 1 || mma > 0) ch7::print_summary(rows, {{"% of mma", mma}}, 26, 80);
     std::printf("%s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }

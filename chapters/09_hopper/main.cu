@@ -21,6 +21,7 @@
 #include "../../common/dtype.h"
 #include "../../common/gpu_timer.h"
 #include "../../common/math.h"
+#include "../07_tensor_cores/report.h"
 #include "chapter9.h"
 
 namespace {
@@ -37,14 +38,6 @@ struct Job {
     int chapter, variant;
 };
 
-/// One line of the summary table.
-struct Row {
-    std::string name, tiles;
-    ch7::KernelResources res;
-    double tflops = 0, median_ms = 0;
-    bool timed = false, checked = false, passed = true;
-};
-
 std::vector<Job> jobs_of(const Options& o) {
     std::vector<Job> jobs;
     if (o.ladder) {
@@ -56,31 +49,11 @@ std::vector<Job> jobs_of(const Options& o) {
     return jobs;
 }
 
-void print_summary(const std::vector<Row>& rows, double gemm) {
-    std::printf("\n%-24s %-48s %5s %6s %7s %4s %10s %9s", "kernel", "tiles", "regs", "spill", "smem KB", "blk",
-                "median ms", "TF/s");
-    if (gemm > 0) std::printf(" %9s", "% of GEMM");
-    std::printf("  check\n");
-    for (const Row& r : rows) {
-        std::printf("%-24s %-48s %5d %6zu %7.1f %4d", r.name.c_str(), r.tiles.c_str(), r.res.registers,
-                    r.res.local_bytes, r.res.smem_bytes / 1024.0, r.res.blocks_per_sm);
-        if (r.timed) std::printf(" %10.4f %9.2f", r.median_ms, r.tflops);
-        else std::printf(" %10s %9s", "-", "-");
-        if (gemm > 0) {
-            if (r.timed) std::printf(" %8.1f%%", 100.0 * r.tflops / gemm);
-            else std::printf(" %9s", "-");
-        }
-        std::printf("  %s\n", !r.checked ? "skipped" : r.passed ? "PASS" : "FAIL");
-    }
-}
-
 template <class T>
 int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args, const Options& o,
         const fa::DeviceInfo& dev) {
     fa::AttnProblem p = fa::problem_from_args(cli, attn, run_args);
-    fa::round_to<T>(p.Q);
-    fa::round_to<T>(p.K);
-    fa::round_to<T>(p.V);
+    fa::round_inputs_to<T>(p);
     const fa::AttnShape& s = p.shape;
     const std::vector<Job> jobs = jobs_of(o);
     for (const Job& j : jobs) {
@@ -99,10 +72,10 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
     fa::GpuTimer timer;
 
     std::map<int, ch7::MirrorErrors> mirrors;  // by B_c
-    std::vector<Row> rows;
+    std::vector<ch7::SummaryRow> rows;
     bool ok = true;
     for (const Job& j : jobs) {
-        Row row;
+        ch7::SummaryRow row;
         int Bc = 0, Br = 0;
         if (j.chapter == 9) {
             const ch9::Tiles t = ch9::tiles(j.variant, s.D);
@@ -117,43 +90,18 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
             row.res = ch7::kernel_resources<T>(j.variant, s.D);
             Bc = t.Bc, Br = t.Br();
         }
-        fa::Tolerance tol = fa::kFp32Tolerance;
-        if (!run_args.no_check) {
-            if (!mirrors.count(Bc)) {
-                const ch7::MirrorErrors& m = mirrors[Bc] = ch7::mirror_errors<T>(p, Bc);
-                std::printf("\nCPU mirror, B_c = %d (the same 16-bit roundings, fp32 math) vs float64 on the "
-                            "sampled rows:\n  O max_abs %.3e rel_l2 %.3e   L max_abs %.3e rel_l2 %.3e\n",
-                            Bc, m.check.O.max_abs, m.check.O.rel_l2, m.check.L.max_abs, m.check.L.rel_l2);
-            }
-            tol = ch7::rule_tolerance(mirrors[Bc]);
-        }
-        char label[512];
-        std::snprintf(label, sizeof label,
-                      "\nkernel %s: %s\n  %d threads, %d registers, %zu bytes local memory (spills), %.1f KB "
-                      "shared memory, %d blocks/SM; grid %d x %d x %d on %d SMs",
-                      row.name.c_str(), row.tiles.c_str(), row.res.threads, row.res.registers, row.res.local_bytes,
-                      row.res.smem_bytes / 1024.0, row.res.blocks_per_sm, fa::ceil_div(s.N, Br), s.H, s.B,
-                      dev.sm_count);
+        const ch7::MirrorErrors* baseline = run_args.no_check ? nullptr : &ch7::mirror_baseline<T>(mirrors, p, Bc);
+        const std::string label = ch7::kernel_label(row, s, fa::ceil_div(s.N, Br), dev.sm_count);
         const fa::ForwardOutcome out = fa::run_forward<T>(
-            {j.chapter, row.name, o.dtype, "fwd"}, label, p, d, run_args, &timer,
+            {j.chapter, row.name, o.dtype, "fwd"}, label.c_str(), p, d, run_args, &timer,
             [&] {
                 if (j.chapter == 9)
                     ch9::forward<T>(j.variant, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get());
                 else
                     ch7::forward<T>(j.variant, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get());
             },
-            tol);
-        row.checked = out.checked;
-        if (out.checked) {
-            const ch7::RuleVerdict v = ch7::low_precision_rule(out.check, mirrors[Bc]);
-            std::printf("%s", v.text.c_str());
-            row.passed = v.ok && out.passed;
-        }
-        row.timed = out.timed;
-        if (out.timed) {
-            row.median_ms = out.time.median_ms;
-            row.tflops = s.flops_forward() / (out.time.median_ms * 1e-3) / 1e12;
-        }
+            baseline ? ch7::rule_tolerance(*baseline) : fa::kFp32Tolerance);
+        ch7::record_forward(row, out, baseline, s.flops_forward());
         ok &= row.passed;
         rows.push_back(row);
     }
@@ -163,7 +111,7 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
         std::printf("\n");
         gemm = ch7::gemm_tflops<T>(timer, run_args.repeat);
     }
-    if (rows.size() > 1 || gemm > 0) print_summary(rows, gemm);
+    if (rows.size() > 1 || gemm > 0) ch7::print_summary(rows, {{"% of GEMM", gemm}}, 24, 48);
     std::printf("%s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }
