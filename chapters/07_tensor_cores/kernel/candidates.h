@@ -51,8 +51,8 @@ using Candidates128 = ConfigList<MmaConfig<6, 128, 4, 2, 32, 2, false>,  //
 /// Head dims 32, 96 and 256: candidates chosen from the register and shared-memory budget, not
 /// yet timed on a GPU (README, "Head dimensions": why each one, and how to measure them).
 /// D = 32: O and Q take half the registers of D = 64, so D = 64's shapes fit with room to spare;
-/// candidate 2 is FlashAttention-2's own 128 × 128 (255 registers). D = 96: candidate 0 is
-/// D = 128's default shape; candidate 3, FlashAttention-2's 128 × 64, spills on sm_90. D = 256:
+/// candidate 2 is FlashAttention-2's own 128 × 128, at the register limit. D = 96: candidate 0 is
+/// D = 128's default shape; candidate 3, FlashAttention-2's 128 × 64, spills. D = 256:
 /// O alone is 128 registers per lane, so one m-tile per warp; B_c = 32 keeps S small, and the
 /// shared memory (Q: 32 KB per 64 rows; K_j, V_j: 32 KB per 32 keys and stage) stays within
 /// sm_80's 163 KB.
