@@ -48,6 +48,11 @@ int tuned_candidate(int D);
 /// tuning_candidates(D) (−1: the default).
 TileConfig tiles(int variant, int D, int candidate = -1);
 
+/// Dynamic shared memory (bytes) of the kernel (variant, D, candidate). A GPU whose opt-in limit
+/// (fa::smem_per_block_optin) is smaller cannot run it: 99 KB on sm_86 and sm_89, less than some
+/// D = 256 kernels need; the launch then stops with fa::allow_dynamic_smem_once's message.
+int smem_bytes(int variant, int D, int candidate = -1);
+
 /// Empty when `variant` (and for variant 6, `candidate`) can run shape `s`; otherwise why not.
 std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidate = -1);
 

@@ -42,6 +42,8 @@ int tuned_candidate(int D) { return default_candidate(D); }
 
 TileConfig tiles(int variant, int D, int candidate) { return kernel_entry<__half>(variant, D, candidate).tiles; }
 
+int smem_bytes(int variant, int D, int candidate) { return kernel_entry<__half>(variant, D, candidate).smem_bytes; }
+
 std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidate) {
     char buf[192];
     if (variant < kFirstVariant || variant > kLastVariant) {
