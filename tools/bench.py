@@ -73,8 +73,8 @@ RUNS = [
     Run(5, "kernel 1", ["--kernel", "1", "--no-compare"], repeat=3),
     Run(5, "kernel 2", ["--kernel", "2", "--no-compare"], repeat=10),
     Run(6, "backward", [], repeat=5),
-    Run(7, "fp16 ladder", ["--dtype", "fp16", "--ladder"], repeat=10, dims=(64, 128)),
-    Run(7, "bf16 ladder", ["--dtype", "bf16", "--ladder"], repeat=10, dims=(64, 128)),
+    Run(7, "fp16 ladder", ["--dtype", "fp16", "--ladder"], repeat=10, dims=(32, 64, 96, 128, 256)),
+    Run(7, "bf16 ladder", ["--dtype", "bf16", "--ladder"], repeat=10, dims=(32, 64, 96, 128, 256)),
     Run(8, "bf16 backward ladder", ["--dtype", "bf16", "--ladder"], repeat=10, dims=(64, 128)),
     Run(8, "fp16 backward", ["--dtype", "fp16"], repeat=10, dims=(64, 128)),
 ]

@@ -3,7 +3,8 @@
 /// program, the tests and later chapters call.
 ///
 /// Q, K, V, O are 16-bit (T = __half or __nv_bfloat16), L is fp32, all in the layout of shape.h.
-/// Head dims 64 and 128; any N ≥ 1; causal or not. The kernels need compute capability 8.0+.
+/// Head dims 32, 64, 96, 128 and 256 (head_dims()); any N ≥ 1; causal or not. The kernels need
+/// compute capability 8.0+.
 #pragma once
 
 #include <cstddef>
@@ -34,7 +35,11 @@ constexpr int kLastVariant = kTuned;
 /// Short name of a variant, e.g. "3-ldmatrix-swizzle" (for printouts and result files).
 std::string variant_name(int variant);
 
-/// Variant 6's search space for head dim D (64 or 128); tuned_candidate(D) indexes the default.
+/// The head dims every variant is compiled for (32, 64, 96, 128, 256); others are rejected.
+std::vector<int> head_dims();
+
+/// Variant 6's search space for head dim D (empty for a D not in head_dims()); tuned_candidate(D)
+/// indexes the default.
 std::vector<TileConfig> tuning_candidates(int D);
 /// Index in tuning_candidates(D) of the configuration variant 6 uses by default.
 int tuned_candidate(int D);
@@ -42,6 +47,11 @@ int tuned_candidate(int D);
 /// The tiles `variant` uses for head dim D; for variant 6, candidate `candidate` of
 /// tuning_candidates(D) (−1: the default).
 TileConfig tiles(int variant, int D, int candidate = -1);
+
+/// Dynamic shared memory (bytes) of the kernel (variant, D, candidate). A GPU whose opt-in limit
+/// (fa::smem_per_block_optin) is smaller cannot run it: 99 KB on sm_86 and sm_89, less than some
+/// D = 256 kernels need; the launch then stops with fa::allow_dynamic_smem_once's message.
+int smem_bytes(int variant, int D, int candidate = -1);
 
 /// Empty when `variant` (and for variant 6, `candidate`) can run shape `s`; otherwise why not.
 std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidate = -1);

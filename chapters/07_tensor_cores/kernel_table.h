@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -45,12 +46,30 @@ std::vector<KernelEntry> entries_of(List list) {
     return out;
 }
 
-/// Variant 6's candidates for head dim D (64 or 128).
+/// The head dims the kernels are compiled for: the one place a run-time D meets them.
+template <int... Dims>
+struct HeadDimList {
+    /// Calls f(std::integral_constant<int, D>{}) (D must be listed: unsupported_reason checks it).
+    template <class F>
+    static decltype(auto) with(int D, F&& f) {
+        return fa::with_head_dim<Dims...>(D, std::forward<F>(f));
+    }
+    static std::vector<int> list() { return {Dims...}; }
+};
+using HeadDims = HeadDimList<32, 64, 96, 128, 256>;
+
+/// Variant 6's candidates for head dim D.
 template <class T>
 const std::vector<KernelEntry>& kernel_candidates(int D) {
-    static const std::vector<KernelEntry> c64 = entries_of<T>(Candidates64{});
-    static const std::vector<KernelEntry> c128 = entries_of<T>(Candidates128{});
-    return D == 64 ? c64 : c128;
+    return *HeadDims::with(D, [](auto d) {
+        static const std::vector<KernelEntry> c = entries_of<T>(typename TunedTiles<decltype(d)::value>::List{});
+        return &c;
+    });
+}
+
+/// Variant 6's default candidate for head dim D.
+inline int default_candidate(int D) {
+    return HeadDims::with(D, [](auto d) { return TunedTiles<decltype(d)::value>::kDefault; });
 }
 
 template <class T, int D>
@@ -67,11 +86,9 @@ KernelEntry ladder_entry(int variant) {
 /// The kernel for (variant, D, candidate); the arguments must be valid (unsupported_reason empty).
 template <class T>
 KernelEntry kernel_entry(int variant, int D, int candidate) {
-    if (variant == kTuned) {
-        const int c = candidate >= 0 ? candidate : D == 64 ? kTunedCandidate64 : kTunedCandidate128;
-        return kernel_candidates<T>(D)[std::size_t(c)];
-    }
-    return fa::with_head_dim<64, 128>(D, [&](auto d) { return ladder_entry<T, decltype(d)::value>(variant); });
+    if (variant == kTuned)
+        return kernel_candidates<T>(D)[std::size_t(candidate >= 0 ? candidate : default_candidate(D))];
+    return HeadDims::with(D, [&](auto d) { return ladder_entry<T, decltype(d)::value>(variant); });
 }
 
 /// The kernels' parameters for device (or, emulated, host) arrays of shape s.

@@ -1,6 +1,7 @@
 // Chapter 7: the launch of the forward kernels (kernel/ holds them; kernel/flash_forward.cuh lists
 // the variants): which compiled kernel runs (kernel_table.h), its shared-memory limit raised once,
 // the grid, and the device checks.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -27,16 +28,21 @@ std::string TileConfig::str() const {
     return buf;
 }
 
+std::vector<int> head_dims() { return HeadDims::list(); }
+
 std::vector<TileConfig> tuning_candidates(int D) {
     std::vector<TileConfig> out;
-    if (D != 64 && D != 128) return out;
+    const std::vector<int> dims = head_dims();
+    if (std::find(dims.begin(), dims.end(), D) == dims.end()) return out;
     for (const KernelEntry& e : kernel_candidates<__half>(D)) out.push_back(e.tiles);
     return out;
 }
 
-int tuned_candidate(int D) { return D == 64 ? kTunedCandidate64 : kTunedCandidate128; }
+int tuned_candidate(int D) { return default_candidate(D); }
 
 TileConfig tiles(int variant, int D, int candidate) { return kernel_entry<__half>(variant, D, candidate).tiles; }
+
+int smem_bytes(int variant, int D, int candidate) { return kernel_entry<__half>(variant, D, candidate).smem_bytes; }
 
 std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidate) {
     char buf[192];
@@ -45,11 +51,14 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
                       kFirstVariant, kLastVariant);
         return buf;
     }
-    if (s.D != 64 && s.D != 128) {
+    const std::vector<int> dims = head_dims();
+    if (std::find(dims.begin(), dims.end(), s.D) == dims.end()) {
+        std::string list;
+        for (int D : dims) list += (list.empty() ? "" : ", ") + std::to_string(D);
         std::snprintf(buf, sizeof buf,
                       "head dim %d is not supported: the tensor-core kernels of chapter 7 are "
-                      "compiled for D = 64 and D = 128",
-                      s.D);
+                      "compiled for D = %s",
+                      s.D, list.c_str());
         return buf;
     }
     const int n = int(tuning_candidates(s.D).size());

@@ -87,39 +87,63 @@ FA_HOST_DEVICE constexpr int ldsm_v_row(int lane) { return lane % 8 + 8 * ((lane
 FA_HOST_DEVICE constexpr int ldsm_v_col(int lane) { return 8 * (lane / 16); }
 
 /// Element offset of (row, col) in a shared-memory tile whose rows hold `D` 16-bit elements (D a
-/// multiple of 64), XOR-swizzled in 16-byte chunks: chunk c of row r is stored at chunk
-/// c ^ (r % 8). Eight consecutive rows read at the same logical chunk (one 8×8 ldmatrix matrix)
-/// then touch eight different chunks of an aligned group of eight = all 32 banks once.
+/// multiple of 32, at most 256), XOR-swizzled in 16-byte chunks. A row is cut into swizzle atoms
+/// of 64 elements (128 bytes, all 32 banks) and, when D % 64 = 32, a last half atom of 32:
+///   in a whole atom, chunk c of row r is stored at chunk c ^ (r % 8);
+///   in the half atom (4 chunks: the whole row at D = 32, the last third at D = 96), at
+///   c ^ ((r / 2) % 4), within the half atom.
+/// Eight consecutive rows read at the same logical chunk (one 8×8 ldmatrix matrix, rows from a
+/// multiple of 8) then touch eight different 16-byte bank groups = all 32 banks once. In a whole
+/// atom the eight chunks are a permutation of an aligned group of eight. In a half atom a row is
+/// 64 bytes: two rows share the 32 banks (r % 2 picks the half, also at D = 96, whose rows are
+/// 192 = 128 + 64 bytes apart), and (r / 2) % 4 spreads the four rows of each half over its four
+/// bank groups. At D = 64, 128, 256 every chunk is in a whole atom: the swizzle is c ^ (r % 8).
 FA_HOST_DEVICE constexpr int swizzle(int row, int col, int D) {
-    return row * D + (((col / 8) ^ (row % 8)) * 8) + col % 8;
+    if (D % 64 == 0 || col < D / 64 * 64) return row * D + (((col / 8) ^ (row % 8)) * 8) + col % 8;
+    return row * D + (((col / 8) ^ ((row / 2) % 4)) * 8) + col % 8;  // the half atom
 }
 
 /// The offset of an ldmatrix row address, split into a per-lane part and compile-time constants:
 ///     swizzle(R0 + lr, 16·kk + lc, D) == R0·D + swizzled_k_step(swizzle(lr, lc, D), kk)
-/// for D = 64 or 128, R0 a multiple of 8, lr in 0..15, lc in {0, 8} and 16·kk < D. R0 keeps
+/// for D a multiple of 64, R0 a multiple of 8, lr in 0..15, lc in {0, 8} and 16·kk < D. R0 keeps
 /// r % 8, so only the chunk index changes: chunk 2kk + lc/8 of row lr lands at chunk
 /// (2kk + lc/8) ^ (lr % 8), i.e. the lane's own chunk XOR 2kk. In elements: the lane's offset XOR
-/// 16·(kk % 4) for the low three chunk bits, plus 64·(kk / 4) for the fourth (D = 128 only; that
-/// bit of the lane's offset is zero since lr·D starts at bit 7). So per lane and operand the
+/// 16·(kk % 4) for the low three chunk bits, plus 64·(kk / 4) for the atom (those bits of the
+/// lane's offset are zero since lr·D is a multiple of 64·(D / 64)). So per lane and operand the
 /// kernel needs 4 offsets, and every other k-step is one of them plus an immediate. The tests
 /// check the identity for every lane, kk and D.
 FA_HOST_DEVICE constexpr int swizzled_k_step(int lane_offset, int kk) {
     return (lane_offset ^ (16 * (kk % 4))) + 64 * (kk / 4);
 }
 
+/// swizzle(lr, 16·kk + lc, D) split the same way for every D the swizzle takes (the identity above
+/// with R0 = 0; the tests check it for every lane, kk and D):
+///   D a multiple of 64: swizzled_k_step of the lane's offset, as above;
+///   a whole atom of D = 96: the same step taken within the row (lr·96 is not a multiple of 64,
+///   so the XOR must not reach it), plus lr·D;
+///   the half atom (D = 32, or columns 64..95 of D = 96): the lane's offset in it, XOR 16 for its
+///   second k-step (chunk bit 1: the lane's own chunk, 0 or 1, XOR (lr / 2) % 4, stays below 4).
+/// At most one more offset per lane and operand, computed once.
+FA_HOST_DEVICE constexpr int swizzled_offset(int lr, int lc, int kk, int D) {
+    if (D % 64 == 0) return swizzled_k_step(swizzle(lr, lc, D), kk);
+    const int whole_steps = D / 64 * 4;  // k-steps of 16 columns in the whole atoms
+    if (kk >= whole_steps) return swizzle(lr, 16 * whole_steps + lc, D) ^ (16 * (kk - whole_steps));
+    return lr * D + swizzled_k_step(swizzle(lr, lc, D) - lr * D, kk);
+}
+
 /// Row address (element offset in a swizzled tile) lane `lane` passes to ldmatrix.x4 for the A
 /// fragment of rows r0..r0+15 (r0 a multiple of 8), k-step kk.
 FA_HOST_DEVICE constexpr int ldsm_a_offset(int lane, int r0, int kk, int D) {
-    return r0 * D + swizzled_k_step(swizzle(ldsm_a_row(lane), ldsm_a_col(lane), D), kk);
+    return r0 * D + swizzled_offset(ldsm_a_row(lane), ldsm_a_col(lane), kk, D);
 }
 /// Row address for the B fragments of keys 16nn..16nn+15 (two n-tiles), k-step kk, of a K tile.
 FA_HOST_DEVICE constexpr int ldsm_k_offset(int lane, int nn, int kk, int D) {
-    return 16 * nn * D + swizzled_k_step(swizzle(ldsm_k_row(lane), ldsm_k_col(lane), D), kk);
+    return 16 * nn * D + swizzled_offset(ldsm_k_row(lane), ldsm_k_col(lane), kk, D);
 }
 /// Row address (for .trans) for the B fragments of keys 16kk..16kk+15 and d-tiles 2dd, 2dd+1 of a
 /// V tile.
 FA_HOST_DEVICE constexpr int ldsm_v_offset(int lane, int kk, int dd, int D) {
-    return 16 * kk * D + swizzled_k_step(swizzle(ldsm_v_row(lane), ldsm_v_col(lane), D), dd);
+    return 16 * kk * D + swizzled_offset(ldsm_v_row(lane), ldsm_v_col(lane), dd, D);
 }
 
 /// Element offset of (row, col) in a plain row-major tile (steps 1 and 2).

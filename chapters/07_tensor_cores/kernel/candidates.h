@@ -48,9 +48,43 @@ using Candidates128 = ConfigList<MmaConfig<6, 128, 4, 2, 32, 2, false>,  //
                                  MmaConfig<6, 128, 4, 2, 64, 2, false>,  //
                                  MmaConfig<6, 128, 8, 2, 32, 2, false>>;
 
-/// Variant 6's default candidate per head dim: the fastest without spills in `./chapter7 --sweep`
-/// (the measurements, and the runs they come from, are in the README, step 6).
-constexpr int kTunedCandidate64 = 2;
-constexpr int kTunedCandidate128 = 0;
+/// Head dims 32, 96 and 256: candidates chosen from the register and shared-memory budget, not
+/// yet timed on a GPU (README, "Head dimensions": why each one, and how to measure them).
+/// D = 32: O and Q take half the registers of D = 64, so D = 64's shapes fit with room to spare;
+/// candidate 2 is FlashAttention-2's own 128 × 128, at the register limit. D = 96: candidate 0 is
+/// D = 128's default shape; candidate 3, FlashAttention-2's 128 × 64, spills. D = 256:
+/// O alone is 128 registers per lane, so one m-tile per warp; B_c = 32 keeps S small, and the
+/// shared memory (Q: 32 KB per 64 rows; K_j, V_j: 32 KB per 32 keys and stage) stays within
+/// sm_80's 163 KB.
+using Candidates32 = ConfigList<MmaConfig<6, 32, 4, 2, 64, 3, true>,    //
+                                MmaConfig<6, 32, 4, 2, 64, 2, false>,   //
+                                MmaConfig<6, 32, 4, 2, 128, 2, true>,   //
+                                MmaConfig<6, 32, 4, 1, 128, 2, true>,   //
+                                MmaConfig<6, 32, 8, 2, 64, 2, true>>;
+using Candidates96 = ConfigList<MmaConfig<6, 96, 4, 2, 32, 2, false>,   //
+                                MmaConfig<6, 96, 4, 2, 32, 3, false>,   //
+                                MmaConfig<6, 96, 4, 1, 64, 2, true>,    //
+                                MmaConfig<6, 96, 4, 2, 64, 2, false>>;
+using Candidates256 = ConfigList<MmaConfig<6, 256, 4, 1, 32, 2, false>,  //
+                                 MmaConfig<6, 256, 4, 1, 32, 3, false>,  //
+                                 MmaConfig<6, 256, 4, 1, 64, 2, false>,  //
+                                 MmaConfig<6, 256, 8, 1, 32, 2, false>>;
+
+/// Variant 6's candidates for head dim D (`List`) and the one it uses by default (`kDefault`, an
+/// index in List). D = 64 and 128: the fastest without spills in `./chapter7 --sweep` (the
+/// measurements, and the runs they come from, are in the README, step 6). D = 32, 96, 256:
+/// candidate 0, chosen by reasoning until a sweep measures them (README, "Head dimensions").
+template <class Candidates, int Default>
+struct Tuning {
+    using List = Candidates;
+    static constexpr int kDefault = Default;
+};
+template <int D>
+struct TunedTiles;
+template <> struct TunedTiles<32> : Tuning<Candidates32, 0> {};
+template <> struct TunedTiles<64> : Tuning<Candidates64, 2> {};
+template <> struct TunedTiles<96> : Tuning<Candidates96, 0> {};
+template <> struct TunedTiles<128> : Tuning<Candidates128, 0> {};
+template <> struct TunedTiles<256> : Tuning<Candidates256, 0> {};
 
 }  // namespace ch7

@@ -33,7 +33,7 @@
 /// Shared memory: the Q tile (B_r × D) and `Stages` buffers of (K_j, V_j), each B_c × D, 16-bit.
 /// Registers per lane: S and O accumulators, row statistics (warp_tile.cuh, online_softmax.cuh).
 ///
-/// Run on a GPU:   ./chapter7 --kernel K [--dtype fp16|bf16] [--dim 64|128] [--causal] ...
+/// Run on a GPU:   ./chapter7 --kernel K [--dtype fp16|bf16] [--dim 32|64|96|128|256] [--causal]
 /// Test one kernel: make test-chapter7 VARIANT=K (its CPU-emulated tests, and with a GPU its GPU
 ///                 tests). The emulator (emulator/emulated_kernels.cpp) runs this same source lane
 ///                 by lane on the CPU, so a kernel change is tested even without a GPU.

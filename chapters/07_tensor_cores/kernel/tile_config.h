@@ -55,7 +55,8 @@ struct MmaConfig {
     static constexpr int kSmemBytes = 2 * kSmemElems;
 
     static_assert(Step >= 2 && Step <= 6, "MmaConfig: steps 2..6 use mma.sync");
-    static_assert(D == 64 || D == 128, "MmaConfig: head dim 64 or 128");
+    static_assert(D % 32 == 0 && D >= 32 && D <= 256,
+                  "MmaConfig: head dim a multiple of 32 up to 256 (whole or half swizzle atoms)");
     static_assert(Bc % 16 == 0, "MmaConfig: B_c is a multiple of 16 (one P·V k-step)");
     static_assert(kCpAsync ? Stages >= 2 : Stages == 1,
                   "MmaConfig: the cp.async pipeline needs >= 2 stages; synchronous loads use 1");

@@ -6,7 +6,8 @@
 /// rescale) has to go through shared memory: S is stored as fp32, P is written back as 16-bit and
 /// reloaded as a matrix_a fragment, and each tile's P·V is stored again to be added to O.
 ///
-/// Block: 4 warps, B_r = 64 query rows (warp w owns rows 16w..16w+15), B_c = 64 keys.
+/// Block: 4 warps, B_r = 64 query rows (warp w owns rows 16w..16w+15), B_c = 64 keys (32 at
+/// D = 256, where the fp32 scratch of 256 columns and 64-key K/V tiles would pass sm_80's 163 KB).
 /// Softmax and O: lane = 2r + h handles row r of its warp, columns h·B_c/2.. of S and P and
 /// columns h·D/2.. of O (its O lives in registers, 32 or 64 floats).
 /// Shared memory: Q, K, V tiles (16-bit, row-major), and per warp a 16 × (max(B_c, D) + 4) fp32
@@ -29,7 +30,7 @@ inline namespace FA_TC_KERNELS {
 /// Tile shape of variant 1 for head dim D.
 template <int D>
 struct WmmaTiles {
-    static constexpr int kWarps = 4, kThreads = 128, Br = 64, Bc = 64;
+    static constexpr int kWarps = 4, kThreads = 128, Br = 64, Bc = D == 256 ? 32 : 64;
     static constexpr TileConfig kTiles{kWarps, 1, Bc, 1, false};  ///< the run-time view
     /// fp32 scratch row length (+4 floats: rows do not all start in the same bank).
     static constexpr int kScratchLd = (Bc > D ? Bc : D) + 4;
