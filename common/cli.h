@@ -224,6 +224,13 @@ inline void add_run_options(Cli& cli, RunArgs& a) {
     cli.option("--csv", &a.csv, "append one row per timed kernel to this results file");
 }
 
+/// Prints a program's last line and returns its exit status: FAIL (1) when a check failed, else
+/// PASS, or "not checked" when --no-check left nothing to judge (a timing run passes nothing) (0).
+inline int print_verdict(const RunArgs& a, bool ok) {
+    std::printf("%s\n", !ok ? "FAIL" : a.no_check ? "not checked (--no-check)" : "PASS");
+    return ok ? 0 : 1;
+}
+
 /// The attention problem: shape (batch, heads, seq, head_dim), causal mask and softmax scale.
 struct AttentionArgs {
     int batch = 4;         ///< B

@@ -180,6 +180,5 @@ int main(int argc, char** argv) {
                     traffic.total_bytes() / 1e9, traffic.total_bytes() / sec / 1e9);
         if (!no_compare) compare_with_chapter3(p, d, run, timer, out);
     }
-    std::printf("%s\n", out.passed ? "PASS" : "FAIL");
-    return out.passed ? 0 : 1;
+    return fa::print_verdict(run, out.passed);
 }

@@ -145,6 +145,5 @@ int main(int argc, char** argv) {
                 io_mb, peak_mb);
     std::printf("chapter 3 would also need %.2f GB for the N x N matrices S and P\n",
                 2.0 * double(s.heads_total()) * s.N * double(s.N) * sizeof(float) / 1e9);
-    std::printf("%s\n", ok ? "PASS" : "FAIL");
-    return ok ? 0 : 1;
+    return fa::print_verdict(run, ok);
 }

@@ -240,8 +240,7 @@ int main(int argc, char** argv) {
     std::printf("\ndevice memory of the fused backward: %.1f MB (Q, K, V, O, dO, dQ, dK, dV, L, D): O(N)\n",
                 flash_mb);
     if (no_naive) {
-        std::printf("%s\n", ok ? "PASS" : "FAIL");
-        return ok ? 0 : 1;
+        return fa::print_verdict(run, ok);
     }
     std::printf(
         "\nnaive backward (P from chapter 3's stages; cuBLAS dV = P^T dO, dP = dO V^T, dS, dQ = dS K, dK = "
@@ -289,6 +288,5 @@ int main(int argc, char** argv) {
             naive_gb);
         CUBLAS_CHECK(cublasDestroy(cublas));
     }
-    std::printf("%s\n", ok ? "PASS" : "FAIL");
-    return ok ? 0 : 1;
+    return fa::print_verdict(run, ok);
 }

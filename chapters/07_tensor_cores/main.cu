@@ -105,8 +105,7 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
         mma = ch7::mma_sync_tflops<T>(run_args.repeat);
     }
     if (rows.size() > 1 || gemm > 0) ch7::print_summary(rows, {{"% of GEMM", gemm}, {"% of mma", mma}}, 22, 66);
-    std::printf("%s\n", ok ? "PASS" : "FAIL");
-    return ok ? 0 : 1;
+    return fa::print_verdict(run_args, ok);
 }
 
 }  // namespace

@@ -208,8 +208,7 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& ra, cons
             if (r.timed) std::printf("  %s: %.2f x chapter 6's speed\n", r.name.c_str(), t6.median_ms / r.median_ms);
     }
     if (rows.size() > 1 || mma > 0) ch7::print_summary(rows, {{"% of mma", mma}}, 26, 80);
-    std::printf("%s\n", ok ? "PASS" : "FAIL");
-    return ok ? 0 : 1;
+    return fa::print_verdict(ra, ok);
 }
 
 }  // namespace

@@ -112,8 +112,7 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
         gemm = ch7::gemm_tflops<T>(timer, run_args.repeat);
     }
     if (rows.size() > 1 || gemm > 0) ch7::print_summary(rows, {{"% of GEMM", gemm}}, 24, 48);
-    std::printf("%s\n", ok ? "PASS" : "FAIL");
-    return ok ? 0 : 1;
+    return fa::print_verdict(run_args, ok);
 }
 
 }  // namespace
