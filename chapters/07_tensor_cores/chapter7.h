@@ -119,6 +119,13 @@ struct MirrorErrors {
     double floor_rel_L;      ///< D · 2⁻²²: floor of L's relative L2 error
 };
 
+/// The floors of the 2× rule for head dim D, from max|V| and max(1, max|L|) (MirrorErrors says why
+/// each); chapter 10 judges its decoding kernels with the same floors.
+struct RuleFloors {
+    double O, L, rel_O, rel_L;
+};
+RuleFloors rule_floors(int D, double max_abs_V, double max_abs_L);
+
 /// Runs the mirror with key tiles of B_c on the sampled rows of `p` (inputs already rounded to T).
 template <class T>
 MirrorErrors mirror_errors(const fa::AttnProblem& p, int Bc);

@@ -95,11 +95,14 @@ MirrorErrors mirror_errors(const fa::AttnProblem& p, int Bc) {
     double max_v = 0, max_l = 1;
     for (float v : p.V) max_v = std::max(max_v, double(std::fabs(v)));
     for (float x : L) max_l = std::max(max_l, double(std::fabs(x)));
-    e.floor_O = std::ldexp(1.0, -20) * max_v;
-    e.floor_L = s.D * std::ldexp(1.0, -22) * max_l;
-    e.floor_rel = std::ldexp(1.0, -20);
-    e.floor_rel_L = s.D * std::ldexp(1.0, -22);
+    const RuleFloors f = rule_floors(s.D, max_v, max_l);
+    e.floor_O = f.O, e.floor_L = f.L, e.floor_rel = f.rel_O, e.floor_rel_L = f.rel_L;
     return e;
+}
+
+RuleFloors rule_floors(int D, double max_abs_V, double max_abs_L) {
+    const double max_L = std::max(1.0, max_abs_L);
+    return {std::ldexp(max_abs_V, -20), D * std::ldexp(max_L, -22), std::ldexp(1.0, -20), D * std::ldexp(1.0, -22)};
 }
 
 bool rule_line(const char* name, const fa::Validation& k, const fa::Validation& m, double floor_abs,

@@ -55,6 +55,8 @@ struct HeadDimList {
         return fa::with_head_dim<Dims...>(D, std::forward<F>(f));
     }
     static std::vector<int> list() { return {Dims...}; }
+    /// Whether D has compiled kernels.
+    static constexpr bool has(int D) { return fa::matching_head_dim<Dims...>(D, fa::DimMatch::kExact) != 0; }
 };
 using HeadDims = HeadDimList<32, 64, 96, 128, 256>;
 

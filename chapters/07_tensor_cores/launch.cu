@@ -1,7 +1,6 @@
 // Chapter 7: the launch of the forward kernels (kernel/ holds them; kernel/flash_forward.cuh lists
 // the variants): which compiled kernel runs (kernel_table.h), its shared-memory limit raised once,
 // the grid, and the device checks.
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -32,8 +31,7 @@ std::vector<int> head_dims() { return HeadDims::list(); }
 
 std::vector<TileConfig> tuning_candidates(int D) {
     std::vector<TileConfig> out;
-    const std::vector<int> dims = head_dims();
-    if (std::find(dims.begin(), dims.end(), D) == dims.end()) return out;
+    if (!HeadDims::has(D)) return out;
     for (const KernelEntry& e : kernel_candidates<__half>(D)) out.push_back(e.tiles);
     return out;
 }
@@ -51,10 +49,9 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
                       kFirstVariant, kLastVariant);
         return buf;
     }
-    const std::vector<int> dims = head_dims();
-    if (std::find(dims.begin(), dims.end(), s.D) == dims.end()) {
+    if (!HeadDims::has(s.D)) {
         std::string list;
-        for (int D : dims) list += (list.empty() ? "" : ", ") + std::to_string(D);
+        for (int D : head_dims()) list += (list.empty() ? "" : ", ") + std::to_string(D);
         std::snprintf(buf, sizeof buf,
                       "head dim %d is not supported: the tensor-core kernels of chapter 7 are "
                       "compiled for D = %s",
