@@ -1,8 +1,10 @@
-// Tests of chapter 9: the FlashAttention forward on Hopper (wgmma, TMA, warp specialization).
+// Tests of chapter 9: the FlashAttention forward on Hopper (wgmma, TMA, warp specialization,
+// pingpong, intra-warpgroup overlap, TMA store).
 //
 // [cpu]: the 128-byte swizzle (a bijection, TMA's address rule), the wgmma descriptor fields and
-// the k-step offsets, the TMA box parameters, the step configurations, argument checks, and the
-// CPU mirror at the chapter's B_c (chapter 7's, with B_c = 128).
+// the k-step offsets, the TMA box parameters, the ring protocol of step 3 and the turns of steps
+// 4-6 in random interleavings, step 6's staging of O, the step configurations, argument checks,
+// and the CPU mirror at the chapter's B_c (chapter 7's, with B_c = 128).
 // [gpu][sm90] (compute capability 9.0 only; on another GPU tests/main.cpp skips them visibly): every step on N ∈ {1, 17, 113, 1023, 4097, 16384}, causal
 // and not, D = 64 and 128, bf16 and fp16, B·H > 1, with large scores, against the 2× rule with
 // outputs poisoned; and writes past the end of O and L.
@@ -189,6 +191,226 @@ std::string run_ring(int stages, int consumers, int tiles, std::uint32_t seed, R
     return "no end after 100000 steps";
 }
 
+// ---- the consumers' turns of steps 4–6, run on the CPU ------------------------------------------
+// The schedule functions of hopper_config.h, as a table, so the checker below can be handed a
+// planted mistake.
+struct TurnSchedule {
+    int (*count)(int Tc);
+    int (*s_tile)(int k, int Tc);
+    int (*pv_tile)(int k);
+    bool (*opens_first)(int wg);
+    bool (*hands_over)(int wg, int k, int Tc);
+    int (*s_wait_depth)(bool overlap, bool turn_has_pv);
+};
+const TurnSchedule kKernelTurns{ch9::turn_count, ch9::turn_s_tile, ch9::turn_pv_tile, ch9::opens_first_turn,
+                                ch9::hands_over, ch9::s_wait_depth};
+
+// One operation of a consumer warpgroup, in the order consume_in_turns runs them.
+enum class Op { kWaitFull, kSync, kIssueS, kIssuePv, kArrive, kWaitGroups, kSoftmax, kRescaleO, kRelease, kPack };
+struct Step {
+    Op op;
+    int arg;  // tile, barrier id or the wait_group depth
+};
+
+// The program of consumer `wg` over Tc tiles: consume_in_turns's order (step 4: overlap false;
+// steps 5–6: true) with the schedule `ts`. Step 4's softmax rescales O itself (kSoftmax then
+// kRescaleO at once); step 5's rescale waits for the P̃·V.
+std::vector<Step> consumer_program(int wg, int Tc, bool overlap, const TurnSchedule& ts) {
+    std::vector<Step> prog;
+    if (ts.opens_first(wg)) prog.push_back({Op::kArrive, ch9::turn_barrier(1 - wg)});
+    for (int k = 0; k < ts.count(Tc); ++k) {
+        const int j = ts.s_tile(k, Tc), jp = ts.pv_tile(k);
+        if (j >= 0) prog.push_back({Op::kWaitFull, j});
+        prog.push_back({Op::kSync, ch9::turn_barrier(wg)});
+        if (j >= 0) prog.push_back({Op::kIssueS, j});
+        if (jp >= 0) prog.push_back({Op::kIssuePv, jp});
+        if (ts.hands_over(wg, k, Tc)) prog.push_back({Op::kArrive, ch9::turn_barrier(1 - wg)});
+        if (j < 0) {
+            prog.push_back({Op::kWaitGroups, 0});
+            if (jp >= 0) prog.push_back({Op::kRelease, jp});
+            continue;
+        }
+        if (!overlap) {
+            prog.push_back({Op::kWaitGroups, 0});
+            if (jp >= 0) prog.push_back({Op::kRelease, jp});
+            prog.push_back({Op::kSoftmax, j});
+            prog.push_back({Op::kRescaleO, j});
+        } else {
+            prog.push_back({Op::kWaitGroups, ts.s_wait_depth(true, jp >= 0)});
+            prog.push_back({Op::kSoftmax, j});
+            prog.push_back({Op::kWaitGroups, 0});
+            if (jp >= 0) prog.push_back({Op::kRelease, jp});
+            prog.push_back({Op::kRescaleO, j});
+        }
+        prog.push_back({Op::kPack, j});
+    }
+    return prog;
+}
+
+// Runs one producer (step 3's, through the ring of ring_stage/full_parity/empty_parity) and two
+// consumers with the programs above in a random interleaving. The model: an mbarrier as in
+// run_ring; a named barrier completes when 256 threads (two warpgroups' worth) have arrived, by
+// bar.sync (which waits) or bar.arrive (which does not); each warpgroup's wgmma groups complete in
+// commit order, at random later moments. Returns what went wrong, or an empty string when: every
+// S is read only after its wgmma completed; O is rescaled and P̃ overwritten only when no P̃·V is
+// in flight; every P̃·V reads the P̃ of its tile; a buffer is released only after the products
+// reading it completed, and overwritten only after both consumers released it; the turns
+// alternate 0, 1, 0, 1, ... and never overlap; every tile's two products are issued; nothing
+// deadlocks and no arrival is left on a barrier at the end.
+std::string run_turns(int stages, int Tc, bool overlap, std::uint32_t seed, const TurnSchedule& ts) {
+    struct Mbar {
+        int completed = 0, arrivals = 0;
+        bool passed(std::uint32_t p) const { return std::uint32_t(completed & 1) != p; }
+    };
+    struct Group {
+        bool pv;
+        int tile;
+    };
+    struct Consumer {
+        std::vector<Step> prog;
+        std::size_t pc = 0;
+        std::vector<Group> in_flight;  // committed wgmma groups, oldest first
+        int packed = -1, s_tile = -1, issued_pv = 0, sync_gen = -1;
+        bool s_read = true, in_turn = false;
+    };
+    const auto sz = [](int i) { return static_cast<std::size_t>(i); };
+    std::vector<Mbar> full(sz(stages)), empty(sz(stages));
+    std::vector<int> holds(sz(stages), -1), released(sz(Tc), 0), landing;
+    int produced = 0;
+    int named_arrived[16] = {}, named_gen[16] = {};
+    std::vector<int> turn_order;
+    Consumer c[2];
+    for (int wg = 0; wg < 2; ++wg) c[wg].prog = consumer_program(wg, Tc, overlap, ts);
+    std::uint32_t rng = seed * 2654435761u + 7;
+    auto random = [&](int n) { rng = rng * 1664525u + 1013904223u; return int((rng >> 8) % std::uint32_t(n)); };
+    auto named_arrive = [&](int id) {
+        if (++named_arrived[id] == 2) named_arrived[id] = 0, ++named_gen[id];
+    };
+    auto in_flight_pv = [](const Consumer& x) {
+        for (const Group& g : x.in_flight) if (g.pv) return true;
+        return false;
+    };
+    auto reads_tile = [](const Consumer& x, int t) {
+        for (const Group& g : x.in_flight) if (g.tile == t) return true;
+        return false;
+    };
+    for (int steps = 0; steps < 200000; ++steps) {
+        // moves: 0 producer, 1 + wg a consumer's next operation, 3 + wg a consumer's oldest group
+        // completes, 5 + k the TMA bytes of landing[k] arrive
+        std::vector<int> moves;
+        if (produced < Tc && (produced < stages || empty[sz(ch9::ring_stage(produced, stages))].passed(
+                                                       ch9::empty_parity(produced, stages))))
+            moves.push_back(0);
+        for (int wg = 0; wg < 2; ++wg) {
+            const Consumer& x = c[wg];
+            if (!x.in_flight.empty()) moves.push_back(3 + wg);
+            if (x.pc == x.prog.size()) continue;
+            const Step st = x.prog[x.pc];
+            bool ready = true;
+            if (st.op == Op::kWaitFull)
+                ready = full[sz(ch9::ring_stage(st.arg, stages))].passed(ch9::full_parity(st.arg, stages));
+            else if (st.op == Op::kSync)
+                ready = x.sync_gen >= 0 && named_gen[st.arg] > x.sync_gen;
+            else if (st.op == Op::kWaitGroups)
+                ready = int(x.in_flight.size()) <= st.arg;
+            if (ready || (st.op == Op::kSync && x.sync_gen < 0)) moves.push_back(1 + wg);
+        }
+        for (std::size_t k = 0; k < landing.size(); ++k) moves.push_back(5 + int(k));
+        if (moves.empty()) {
+            for (int wg = 0; wg < 2; ++wg)
+                if (c[wg].pc < c[wg].prog.size())
+                    return "deadlock: consumer " + std::to_string(wg) + " stuck at operation " + std::to_string(c[wg].pc);
+            break;
+        }
+        const int m = moves[sz(random(int(moves.size())))];
+        if (m == 0) {
+            const int s = ch9::ring_stage(produced, stages);
+            if (holds[sz(s)] >= 0 && released[sz(holds[sz(s)])] < 2)
+                return "tile " + std::to_string(produced) + " overwrites tile " + std::to_string(holds[sz(s)]) +
+                       " before both consumers released it";
+            landing.push_back(produced++);
+        } else if (m >= 5) {
+            const std::size_t k = sz(m - 5);
+            const int j = landing[k], s = ch9::ring_stage(j, stages);
+            holds[sz(s)] = j;
+            ++full[sz(s)].completed;
+            landing.erase(landing.begin() + std::ptrdiff_t(k));
+        } else if (m >= 3) {
+            c[m - 3].in_flight.erase(c[m - 3].in_flight.begin());
+        } else {
+            const int wg = m - 1;
+            Consumer& x = c[wg];
+            const Step st = x.prog[x.pc];
+            const std::string who = "consumer " + std::to_string(wg) + ", tile " + std::to_string(st.arg) + ": ";
+            switch (st.op) {
+                case Op::kWaitFull: case Op::kWaitGroups: break;
+                case Op::kSync:
+                    if (x.sync_gen < 0) {  // arrives, then waits for the barrier to complete
+                        x.sync_gen = named_gen[st.arg];
+                        named_arrive(st.arg);
+                        continue;
+                    }
+                    x.sync_gen = -1;
+                    if (c[1 - wg].in_turn) return who + "its turn began inside the other consumer's";
+                    if (!turn_order.empty() && turn_order.back() == wg) return who + "two turns in a row";
+                    turn_order.push_back(wg);
+                    x.in_turn = true;
+                    break;
+                case Op::kIssueS:
+                    if (!x.in_turn) return who + "S issued outside a turn";
+                    if (holds[sz(ch9::ring_stage(st.arg, stages))] != st.arg) return who + "K is not in its buffer";
+                    if (!x.s_read) return who + "S overwritten before the softmax read it";
+                    x.in_flight.push_back({false, st.arg});
+                    x.s_tile = st.arg, x.s_read = false;
+                    break;
+                case Op::kIssuePv:
+                    if (!x.in_turn) return who + "P̃·V issued outside a turn";
+                    if (x.packed != st.arg) return who + "P̃·V reads the P̃ of tile " + std::to_string(x.packed);
+                    if (holds[sz(ch9::ring_stage(st.arg, stages))] != st.arg) return who + "V is not in its buffer";
+                    x.in_flight.push_back({true, st.arg});
+                    ++x.issued_pv;
+                    break;
+                case Op::kArrive:
+                    x.in_turn = false;
+                    named_arrive(st.arg);
+                    break;
+                case Op::kSoftmax:
+                    if (x.s_tile != st.arg) return who + "the softmax reads the S of tile " + std::to_string(x.s_tile);
+                    for (const Group& g : x.in_flight)
+                        if (!g.pv) return who + "the softmax reads S while its wgmma is in flight";
+                    x.s_read = true;
+                    break;
+                case Op::kRescaleO:
+                    if (in_flight_pv(x)) return who + "O rescaled while a P̃·V writes it";
+                    break;
+                case Op::kRelease:
+                    x.in_turn = false;  // consumer 1's last turn ends without an arrival
+                    if (reads_tile(x, st.arg)) return who + "buffer released while a wgmma reads it";
+                    ++released[sz(st.arg)];
+                    if (++empty[sz(ch9::ring_stage(st.arg, stages))].arrivals == 2)
+                        empty[sz(ch9::ring_stage(st.arg, stages))].arrivals = 0,
+                        ++empty[sz(ch9::ring_stage(st.arg, stages))].completed;
+                    break;
+                case Op::kPack:
+                    if (in_flight_pv(x)) return who + "P̃ overwritten while a P̃·V reads it";
+                    x.packed = st.arg;
+                    break;
+            }
+            ++x.pc;
+        }
+    }
+    for (int wg = 0; wg < 2; ++wg) {
+        if (c[wg].pc < c[wg].prog.size()) return "no end after 200000 moves";
+        if (c[wg].issued_pv != Tc) return "consumer " + std::to_string(wg) + " issued " + std::to_string(c[wg].issued_pv) +
+                                          " P̃·V products for " + std::to_string(Tc) + " tiles";
+    }
+    for (int t = 0; t < Tc; ++t)
+        if (released[sz(t)] != 2) return "tile " + std::to_string(t) + " not released by both consumers";
+    for (int id = 0; id < 16; ++id)
+        if (named_arrived[id] != 0) return "an arrival is left on named barrier " + std::to_string(id);
+    return "";
+}
+
 }  // namespace
 
 // ================================ [cpu] ==========================================================
@@ -290,6 +512,96 @@ TEST_CASE("ring protocol (step 3): every interleaving tried reads each tile from
     }
 }
 
+TEST_CASE("pingpong and overlap (steps 4-6): every interleaving tried keeps the turns alternating, reads S and "
+          "P̃ only when their wgmma allows, releases buffers after their last reader, ends with no arrival left; "
+          "planted off-by-ones are caught", "[cpu][chapter9]") {
+    for (bool overlap : {false, true})
+        for (int stages : {2, 3})
+            for (int Tc : {1, 2, 3, 4, 7})
+                for (std::uint32_t seed = 0; seed < 150; ++seed) {
+                    const std::string what = run_turns(stages, Tc, overlap, seed, kKernelTurns);
+                    INFO("step " << (overlap ? 5 : 4) << " stages " << stages << " T_c " << Tc << " seed " << seed);
+                    REQUIRE(what.empty());
+                }
+    // The schedule as hopper_config.h spells it: T_c + 1 turns, the first with S_0 alone, the last
+    // with the last P̃·V alone; consumer 0 first; consumer 1 hands nothing over after its last turn.
+    CHECK(ch9::turn_count(3) == 4);
+    CHECK(ch9::turn_s_tile(0, 3) == 0);
+    CHECK(ch9::turn_pv_tile(0) == -1);
+    CHECK(ch9::turn_s_tile(3, 3) == -1);
+    CHECK(ch9::turn_pv_tile(3) == 2);
+    CHECK(ch9::opens_first_turn(1));
+    CHECK_FALSE(ch9::opens_first_turn(0));
+    CHECK(ch9::hands_over(0, 3, 3));
+    CHECK_FALSE(ch9::hands_over(1, 3, 3));
+    CHECK(ch9::hands_over(1, 2, 3));
+    CHECK(ch9::s_wait_depth(false, true) == 0);
+    CHECK(ch9::s_wait_depth(true, true) == 1);
+    CHECK(ch9::s_wait_depth(true, false) == 0);
+    // Planted mistakes, each must make the checker fail in some interleaving: an arrival left
+    // behind (consumer 1 hands over after its last turn too), consumer 0 skipping its last hand-over
+    // (consumer 1 waits forever), wait_group 1 on the first turn (S_0 read in flight), one turn
+    // too few (the last P̃·V never issued), the P̃·V of tile k in turn k (before its softmax), both
+    // consumers opening (their first turns overlap).
+    TurnSchedule always_hands = kKernelTurns;
+    always_hands.hands_over = [](int, int, int) { return true; };
+    TurnSchedule wrong_skip = kKernelTurns;
+    wrong_skip.hands_over = [](int wg, int k, int Tc) { return !(wg == 0 && k == ch9::turn_count(Tc) - 1); };
+    TurnSchedule deep_first = kKernelTurns;
+    deep_first.s_wait_depth = [](bool overlap, bool) { return overlap ? 1 : 0; };
+    TurnSchedule short_turns = kKernelTurns;
+    short_turns.count = [](int Tc) { return Tc; };
+    TurnSchedule pv_early = kKernelTurns;
+    pv_early.pv_tile = [](int k) { return k; };
+    TurnSchedule both_open = kKernelTurns;
+    both_open.opens_first = [](int) { return true; };
+    struct Planted {
+        const char* what;
+        const TurnSchedule* ts;
+        bool overlap;
+    };
+    for (const Planted& bad : {Planted{"arrival left behind", &always_hands, false},
+                               Planted{"consumer 0 skips its last hand-over", &wrong_skip, false},
+                               Planted{"wait_group 1 on the first turn", &deep_first, true},
+                               Planted{"one turn too few", &short_turns, true},
+                               Planted{"P̃·V of tile k in turn k", &pv_early, false},
+                               Planted{"both consumers open", &both_open, true}}) {
+        bool caught = false;
+        for (std::uint32_t seed = 0; seed < 200 && !caught; ++seed)
+            caught = !run_turns(2, 4, bad.overlap, seed, *bad.ts).empty();
+        INFO(bad.what);
+        CHECK(caught);
+    }
+}
+
+TEST_CASE("TMA store of O (step 6): 64 x 64 boxes staged in each consumer's own rows of the Q tile, where its S "
+          "product read Q", "[cpu][chapter9]") {
+    const TmaBox b = tma_box(6, 1023, 128, ch9::kOBoxRows);
+    CHECK(b.box[0] == 64);
+    CHECK(b.box[1] == 64);
+    CHECK(b.box[2] == 1);
+    CHECK(b.bytes() == 64u * 64 * 2);
+    for (int D : {64, 128}) {
+        constexpr int Br = 128;
+        std::set<int> covered;
+        for (int wg = 0; wg < 2; ++wg)
+            for (int blk = 0; blk < D / kAtomCols; ++blk) {
+                const int at = ch9::o_stage_offset(wg, blk, Br);  // elements from the Q tile's start
+                CHECK((at * 2) % kAtomBytes == 0);                // the swizzle's 1024-byte period
+                // the warpgroup's S product reads its 64 rows of Q's block blk from here (kernel:
+                // q_addr = Q + 64·wg rows, plus the k-step offset of columns 64·blk)
+                CHECK(at * 2 == int(kmajor_kstep_offset(4 * blk, Br)) + 64 * wg * 128);
+                for (int e = 0; e < ch9::kOBoxRows * kAtomCols; ++e) CHECK(covered.insert(at + e).second);
+            }
+        CHECK(int(covered.size()) == Br * D);  // the two warpgroups' boxes tile Q exactly
+        CHECK(*covered.rbegin() == Br * D - 1);
+    }
+    // named barriers: __syncthreads' 0 and four distinct others of the 16
+    const std::set<int> ids{0, ch9::turn_barrier(0), ch9::turn_barrier(1), ch9::store_barrier(0), ch9::store_barrier(1)};
+    CHECK(ids.size() == 5);
+    CHECK(*ids.rbegin() < 16);
+}
+
 TEST_CASE("step configurations: threads, tiles, shared memory within the H100's 227 KB", "[cpu][chapter9]") {
     using S1 = ch9::HopperConfig<1, 128, 1>;
     using S2 = ch9::HopperConfig<2, 128, 2>;
@@ -303,13 +615,30 @@ TEST_CASE("step configurations: threads, tiles, shared memory within the H100's 
     STATIC_REQUIRE(S3::kProducerRegs % 8 == 0 && S3::kConsumerRegs % 8 == 0);
     STATIC_REQUIRE((S1::Br * 128 * 2) % kAtomBytes == 0);  // each tile starts 1024-byte aligned
     STATIC_REQUIRE((S1::Bc * 128 * 2) % kAtomBytes == 0);
+    using S4 = ch9::HopperConfig<4, 128, 2>;
+    using S5 = ch9::HopperConfig<5, 128, 2>;
+    using S6 = ch9::HopperConfig<6, 128, 3>;
+    using S6d64 = ch9::HopperConfig<6, 64, 3>;
+    STATIC_REQUIRE(S4::kThreads == 384);
+    STATIC_REQUIRE(S4::kPingpong && !S4::kOverlap && !S4::kTmaStore);
+    STATIC_REQUIRE(S5::kPingpong && S5::kOverlap && !S5::kTmaStore);
+    STATIC_REQUIRE(S6::kPingpong && S6::kOverlap && S6::kTmaStore);
+    STATIC_REQUIRE(S6::kSmemBytes <= 227 * 1024);  // step 6's third stage at D = 128
+    STATIC_REQUIRE(ch9::HopperConfig<6, 128, 4>::kSmemBytes > 227 * 1024);  // a fourth does not fit
+    STATIC_REQUIRE(S6d64::kSmemBytes <= 227 * 1024);
+    STATIC_REQUIRE(ch9::kTurnThreads == 2 * 128);  // one consumer waiting, the other arriving
+    CHECK(ch9::tiles(6, 128).stages == 3);
+    CHECK(ch9::tiles(6, 64).stages == 3);
+    CHECK(ch9::tiles(4, 128).threads == 384);
+    CHECK(ch9::tiles(6, 128).smem_bytes == S6::kSmemBytes);
 }
 
 TEST_CASE("unsupported shapes, kernels and devices get one clear reason", "[cpu][chapter9]") {
     CHECK(ch9::unsupported_reason(1, fa::make_shape(1, 1, 17, 64, false)).empty());
     CHECK(ch9::unsupported_reason(3, fa::make_shape(2, 3, 1, 128, true)).empty());
     CHECK_FALSE(ch9::unsupported_reason(0, fa::make_shape(1, 1, 17, 64, false)).empty());
-    CHECK_FALSE(ch9::unsupported_reason(4, fa::make_shape(1, 1, 17, 64, false)).empty());
+    CHECK(ch9::unsupported_reason(6, fa::make_shape(1, 1, 17, 64, true)).empty());
+    CHECK_FALSE(ch9::unsupported_reason(7, fa::make_shape(1, 1, 17, 64, false)).empty());
     CHECK(ch9::unsupported_reason(1, fa::make_shape(1, 1, 17, 32, false)).find("head dim 32") != std::string::npos);
     fa::DeviceInfo d;
     d.name = "A100";
@@ -354,4 +683,7 @@ TEST_CASE("CPU mirror at the chapter's B_c = 128, unrounded, equals the float64 
 CHAPTER9_VARIANT_TESTS(1)
 CHAPTER9_VARIANT_TESTS(2)
 CHAPTER9_VARIANT_TESTS(3)
-static_assert(ch9::kFirstVariant == 1 && ch9::kLastVariant == 3, "one CHAPTER9_VARIANT_TESTS line per variant");
+CHAPTER9_VARIANT_TESTS(4)
+CHAPTER9_VARIANT_TESTS(5)
+CHAPTER9_VARIANT_TESTS(6)
+static_assert(ch9::kFirstVariant == 1 && ch9::kLastVariant == 6, "one CHAPTER9_VARIANT_TESTS line per variant");

@@ -1,6 +1,6 @@
 /// @file chapter9.h
-/// @brief Chapter 9, the FlashAttention forward on Hopper (wgmma, TMA, warp specialization): what
-/// the program and the tests call.
+/// @brief Chapter 9, the FlashAttention forward on Hopper (wgmma, TMA, warp specialization,
+/// pingpong, intra-warpgroup overlap, TMA store): what the program and the tests call.
 ///
 /// Same problem as chapter 7 (whose validation, CPU mirror and 2× rule it reuses): Q, K, V, O
 /// 16-bit (T = __half or __nv_bfloat16), L fp32, layout of shape.h; D = 64 and 128; any N ≥ 1;
@@ -21,9 +21,12 @@ enum Variant : int {
     kWgmma = 1,        ///< wgmma from swizzled shared memory, P̃ in registers; cp.async loads
     kTma = 2,          ///< + TMA loads into an mbarrier ring
     kSpecialized = 3,  ///< + producer warpgroup, consumer warpgroups, setmaxnreg
+    kPingpong = 4,     ///< + the consumers take turns at the tensor cores (named barriers)
+    kOverlap = 5,      ///< + the softmax under the warpgroup's own P̃·V (wgmma.wait_group 1)
+    kTuned = 6,        ///< + O by TMA store, 3 stages
 };
 constexpr int kFirstVariant = kWgmma;
-constexpr int kLastVariant = kSpecialized;
+constexpr int kLastVariant = kTuned;
 
 /// Short name of a variant, e.g. "2-tma" (printouts and result files).
 std::string variant_name(int variant);

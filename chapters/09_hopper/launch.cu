@@ -23,7 +23,7 @@ namespace {
 /// One compiled kernel and what it needs.
 struct KernelEntry {
     Tiles tiles;
-    void (*kernel)(ch7::FwdParams, CUtensorMap, CUtensorMap, CUtensorMap);
+    void (*kernel)(ch7::FwdParams, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap);
 };
 
 template <class T, int Step, int D, int Stages>
@@ -37,7 +37,10 @@ KernelEntry step_entry(int variant) {
     switch (variant) {
         case kWgmma: return entry_of<T, 1, D, 1>();
         case kTma: return entry_of<T, 2, D, 2>();
-        default: return entry_of<T, 3, D, 2>();
+        case kSpecialized: return entry_of<T, 3, D, 2>();
+        case kPingpong: return entry_of<T, 4, D, 2>();
+        case kOverlap: return entry_of<T, 5, D, 2>();
+        default: return entry_of<T, 6, D, 3>();  // step 6: a third stage fits 227 KB at D = 128
     }
 }
 
@@ -84,7 +87,8 @@ CUtensorMap tensor_map(const T* base, const fa::AttnShape& s, int box_rows) {
 }  // namespace
 
 std::string variant_name(int variant) {
-    static const char* names[] = {"1-wgmma", "2-tma", "3-warp-specialized"};
+    static const char* names[] = {"1-wgmma", "2-tma", "3-warp-specialized", "4-pingpong", "5-intra-wg-overlap",
+                                  "6-tuned"};
     if (variant < kFirstVariant || variant > kLastVariant) return "unknown";
     return names[variant - 1];
 }
@@ -150,9 +154,9 @@ void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const 
     const KernelEntry e = kernel_entry<T>(variant, s.D);
     fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.tiles.smem_bytes), "chapter 9 kernel");
     const CUtensorMap mq = tensor_map(Q, s, e.tiles.Br), mk = tensor_map(K, s, e.tiles.Bc),
-                      mv = tensor_map(V, s, e.tiles.Bc);
+                      mv = tensor_map(V, s, e.tiles.Bc), mo = tensor_map(O, s, kOBoxRows);
     const dim3 grid(unsigned(fa::ceil_div(s.N, e.tiles.Br)), unsigned(s.H), unsigned(s.B));
-    e.kernel<<<grid, e.tiles.threads, e.tiles.smem_bytes>>>(ch7::make_params(s, Q, K, V, O, L), mq, mk, mv);
+    e.kernel<<<grid, e.tiles.threads, e.tiles.smem_bytes>>>(ch7::make_params(s, Q, K, V, O, L), mq, mk, mv, mo);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -2,7 +2,7 @@
 // fp16 or bf16, on a GPU of compute capability 9.0.
 //
 //   make chapter9 && ./chapter9                                   kernel 3 (warp-specialized), bf16, D = 64
-//   ./chapter9 --kernel 1 --dtype fp16 --dim 128 --causal         one step of the ladder
+//   ./chapter9 --kernel 1 --dtype fp16 --dim 128 --causal         one step of the ladder (1..6)
 //   ./chapter9 --ladder --bench --seq 8192 --batch 4 --heads 8 --dim 128
 //                                 every step, chapter 7's kernel 6 and the cuBLAS GEMM, in one run
 //
@@ -126,9 +126,10 @@ int main(int argc, char** argv) {
     fa::add_attention_options(cli, attn);
     Options o;
     cli.option("--dtype", &o.dtype, "element type of Q, K, V, O: fp16 or bf16");
-    cli.option("--kernel", &o.kernel, "1 wgmma, 2 TMA ring, 3 warp-specialized", ch9::kFirstVariant,
-               ch9::kLastVariant);
-    cli.flag("--ladder", &o.ladder, "run chapter 7's kernel 6 and every kernel 1..3 and print a table");
+    cli.option("--kernel", &o.kernel,
+               "1 wgmma, 2 TMA ring, 3 warp-specialized, 4 pingpong, 5 intra-warpgroup overlap, 6 tuned (TMA store)",
+               ch9::kFirstVariant, ch9::kLastVariant);
+    cli.flag("--ladder", &o.ladder, "run chapter 7's kernel 6 and every kernel 1..6 and print a table");
     cli.flag("--bench", &o.bench, "also time a cuBLAS GEMM (8192^3), for the % of GEMM column");
     cli.parse(argc, argv);
     if (o.dtype != "fp16" && o.dtype != "bf16") {

@@ -1,8 +1,8 @@
 /// @file hopper.cuh
 /// @brief The Hopper-only PTX instructions of chapter 9 (sm_90a), each in one small function:
 /// wgmma (warpgroup matrix multiply, operands in shared memory through descriptors or A in
-/// registers), its fence/commit/wait, mbarriers with transaction counts, TMA tensor loads,
-/// setmaxnreg and the async-proxy fence. The numbers they take (descriptors, swizzle, boxes) come
+/// registers), its fence/commit/wait, mbarriers with transaction counts, TMA tensor loads and
+/// stores, named barriers, setmaxnreg and the async-proxy fence. The numbers they take (descriptors, swizzle, boxes) come
 /// from hopper_layout.h, which the CPU tests check.
 ///
 /// A warpgroup is 4 consecutive warps (128 threads, the first warp index a multiple of 4): wgmma
@@ -231,6 +231,36 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
         ::"r"(smem_u32(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(head), "r"(smem_u32(bar))
         : "memory");
+}
+
+/// cp.async.bulk.tensor.3d, the other way (step 6): the TMA unit copies the box at (col, row, head)
+/// from shared memory at `src` (swizzled as the map says) into the tensor `map` describes; the parts
+/// of the box outside the tensor (rows past N) are not written. Completion is tracked per thread in
+/// bulk groups (tma_store_commit, tma_store_wait). The shared-memory bytes were written by ordinary
+/// stores: every writing thread runs fence_proxy_async, then a barrier, before this is issued.
+__device__ __forceinline__ void tma_store_3d(const void* map, const void* src, int col, int row, int head) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(head), "r"(smem_u32(src))
+                 : "memory");
+}
+
+/// cp.async.bulk.commit_group: closes this thread's bulk copies issued so far into one group.
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+/// cp.async.bulk.wait_group 0: waits until every bulk group of this thread has completed, its
+/// writes to global memory included (not only its reads of shared memory, which `.read` waits for).
+__device__ __forceinline__ void tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// ---- named barriers -----------------------------------------------------------------------------
+/// bar.sync id, count: this warp arrives at hardware barrier `id` (0 is __syncthreads') and waits
+/// until `count` threads (a multiple of 32, whole warps) have arrived, by bar.sync or bar.arrive.
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+/// bar.arrive id, count: this warp arrives and goes on; it counts toward the `count` of a bar.sync
+/// other warps wait in (a signal, as a producer's to a consumer).
+__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 // ---- registers ----------------------------------------------------------------------------------
