@@ -4,7 +4,8 @@
 // the transposed dS fragment addressing, the O(N) workspace, argument checks, and every kernel
 // variant run by the CPU emulator (the kernels' own source, lane by lane) with both dQ strategies.
 // [gpu]: every variant and both dQ strategies on the course's shape grid in fp16 and bf16 against
-// the 2× rule, large inputs, every tile candidate of step 5, and the dQ workspace zeroed per run.
+// the 2× rule, large inputs, every tile candidate of step 5, the vector dQ atomic candidates on the
+// grid, and the dQ workspace zeroed per run. [gpu][sm90]: sm_90 code runs the vector atomics.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -72,7 +73,7 @@ struct HostRun {
 };
 
 template <class T>
-ch6::BackwardCheck run_emulated(int variant, int strategy, const Case<T>& c, int candidate = -1) {
+HostRun<T> emulate(int variant, int strategy, const Case<T>& c, int candidate) {
     const fa::AttnShape& s = c.p.shape;
     HostRun<T> h;
     h.Q = fa::convert_from_float<T>(c.p.Q), h.K = fa::convert_from_float<T>(c.p.K),
@@ -84,6 +85,12 @@ ch6::BackwardCheck run_emulated(int variant, int strategy, const Case<T>& c, int
     const BwdTensors<T> t{h.Q.data(), h.K.data(), h.V.data(), h.O.data(), h.dO.data(), h.L.data(),
                           h.dQ.data(), h.dK.data(), h.dV.data()};
     backward_emulated<T>(variant, strategy, s, t, split_workspace(h.ws.data(), s, strategy), candidate);
+    return h;
+}
+
+template <class T>
+ch6::BackwardCheck run_emulated(int variant, int strategy, const Case<T>& c, int candidate = -1) {
+    const HostRun<T> h = emulate(variant, strategy, c, candidate);
     const std::vector<float> dQ = fa::convert_to_float(h.dQ), dK = fa::convert_to_float(h.dK),
                              dV = fa::convert_to_float(h.dV);
     return ch6::check_backward(c.ref, dQ.data(), dK.data(), dV.data(), rule_tolerance(c.mirror));
@@ -111,6 +118,28 @@ void check_emulated(int variant, int strategy, int candidate = -1) {
                              << strategy_name(strategy) << " candidate " << candidate << "\n" << v.text);
             CHECK(v.ok);
         }
+}
+
+// Step 5's candidates with vector dQ atomics (dq_vec 2 or 4) for head dim D.
+std::vector<int> vector_dq_candidates(int D) {
+    std::vector<int> out;
+    const std::vector<BwdTiles> all = tuning_candidates(D);
+    for (int k = 0; k < int(all.size()); ++k)
+        if (all[std::size_t(k)].dq_vec > 1) out.push_back(k);
+    return out;
+}
+
+// The candidate with the same tiles as candidate k and scalar dQ atomics (−1 if none).
+int scalar_twin(int D, int k) {
+    const std::vector<BwdTiles> all = tuning_candidates(D);
+    const BwdTiles& a = all[std::size_t(k)];
+    for (int j = 0; j < int(all.size()); ++j) {
+        const BwdTiles& b = all[std::size_t(j)];
+        if (b.dq_vec == 1 && b.warps == a.warps && b.Br == a.Br && b.sub == a.sub && b.stages == a.stages &&
+            b.kv_in_regs == a.kv_in_regs && b.dq_warps == a.dq_warps && b.dq_Bc == a.dq_Bc)
+            return j;
+    }
+    return -1;
 }
 
 }  // namespace
@@ -253,6 +282,61 @@ TEST_CASE("ch8 emulated: kernel 5 (tuned), every candidate", "[cpu][chapter8][v5
         }
 }
 
+TEST_CASE("ch8: step 5's vector dQ atomic candidates: widths, scalar twins, and what the tiles say",
+          "[cpu][chapter8]") {
+    for (int D : {64, 128}) {
+        const std::vector<int> vec = vector_dq_candidates(D);
+        CHECK(vec.size() == 4);
+        for (int k : vec) {
+            const BwdTiles t = tuning_candidates(D)[std::size_t(k)];
+            INFO("D " << D << " candidate " << k << " " << t.str());
+            CHECK((t.dq_vec == 2 || t.dq_vec == 4));
+            CHECK(t.dq_vec_run == t.dq_vec);  // as compiled for sm_90 and the emulator
+            CHECK(t.str().find("dQ atomics float" + std::to_string(t.dq_vec)) != std::string::npos);
+            CHECK(t.str().find("scalar") == std::string::npos);
+            CHECK(scalar_twin(D, k) >= 0);  // each one is timed against the same tiles with scalar atomics
+        }
+        // the defaults keep scalar atomics (no GPU measurement chose otherwise yet)
+        CHECK(tuning_candidates(D)[std::size_t(tuned_candidate(D))].dq_vec == 1);
+        CHECK(tuning_candidates(D)[std::size_t(tuned_candidate(D))].str().find("dQ atomics") == std::string::npos);
+    }
+    // what a GPU before sm_90 reports: the width asked for and that scalar atomics run
+    BwdTiles t = tuning_candidates(128)[std::size_t(vector_dq_candidates(128).back())];
+    t.dq_vec_run = 1;
+    CHECK(t.str().find("asked, scalar run") != std::string::npos);
+}
+
+TEST_CASE("ch8 emulated: kernel 5 with float2 and float4 dQ atomics (the vector candidates)",
+          "[cpu][chapter8][v5]") {
+    // The emulator takes the vector branch (kMaxDqVec = 4), so the lane ^ 1 exchange and the row
+    // each lane adds are checked here: the 2x rule against the mirror, and dQ bit for bit equal to
+    // the scalar twin's (the emulator adds every element's contributions in the same order).
+    for (int D : {64, 128})
+        for (bool causal : {false, true})
+            for (int N : {17, 150}) {
+                const fa::AttnShape s = fa::make_shape(N == 17 ? 2 : 1, N == 17 ? 1 : 2, N, D, causal);
+                const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 17 + std::uint64_t(N));
+                std::map<int, std::vector<float>> twin_dQ;  // per scalar twin, emulated once
+                for (int k : vector_dq_candidates(D)) {
+                    const HostRun<__nv_bfloat16> h = emulate(kTuned, kAtomic, c, k);
+                    const std::vector<float> dQ = fa::convert_to_float(h.dQ), dK = fa::convert_to_float(h.dK),
+                                             dV = fa::convert_to_float(h.dV);
+                    const ch6::BackwardCheck check =
+                        ch6::check_backward(c.ref, dQ.data(), dK.data(), dV.data(), rule_tolerance(c.mirror));
+                    const ch7::RuleVerdict v = low_precision_rule(check, c.mirror);
+                    const int j = scalar_twin(D, k);
+                    if (!twin_dQ.count(j)) twin_dQ[j] = fa::convert_to_float(emulate(kTuned, kAtomic, c, j).dQ);
+                    const std::vector<float>& twin = twin_dQ[j];
+                    std::size_t differ = 0;
+                    for (std::size_t e = 0; e < dQ.size(); ++e) differ += dQ[e] != twin[e];
+                    INFO(s.str() << " candidate " << k << " " << tuning_candidates(D)[std::size_t(k)].str() << "\n"
+                                 << v.text << "dQ elements unlike the scalar twin's: " << differ);
+                    CHECK(v.ok);
+                    CHECK(differ == 0);
+                }
+            }
+}
+
 // ================================ [gpu] ==========================================================
 
 namespace {
@@ -363,6 +447,30 @@ TEST_CASE("ch8 GPU: every tile candidate of step 5", "[gpu][chapter8]") {
                                  << strategy_name(strategy) << "\n" << v.text);
                     CHECK(v.ok);
                 }
+        }
+}
+
+TEST_CASE("ch8 GPU: the float2 and float4 dQ atomic candidates on the shape grid (atomic dQ, 2x rule)",
+          "[gpu][chapter8]") {
+    REQUIRE(have_sm80());
+    for (const fa::AttnShape& s : fa::test::shape_grid({64, 128})) {
+        const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 23 + std::uint64_t(s.N), 1.0, true);
+        DeviceCase<__nv_bfloat16> d(c);
+        for (int k : vector_dq_candidates(s.D)) {
+            const ch7::RuleVerdict v = low_precision_rule(d.run(kTuned, kAtomic, c, k), c.mirror);
+            INFO(s.str() << " candidate " << k << " " << tiles(kTuned, s.D, k).str() << "\n" << v.text);
+            CHECK(v.ok);
+        }
+    }
+}
+
+TEST_CASE("ch8 GPU: on compute capability 9.0 the vector dQ candidates run vector atomics", "[gpu][sm90][chapter8]") {
+    REQUIRE(have_sm80());
+    for (int D : {64, 128})
+        for (int k : vector_dq_candidates(D)) {
+            const BwdTiles t = tiles(kTuned, D, k);
+            INFO("D " << D << " candidate " << k << " " << t.str());
+            CHECK(t.dq_vec_run == t.dq_vec);
         }
 }
 

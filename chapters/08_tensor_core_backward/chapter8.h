@@ -40,10 +40,13 @@ const char* strategy_name(int strategy);
 /// "3-cp-async".
 std::string variant_name(int variant);
 
-/// Step 5's search space for head dim D; tuned_candidate(D) indexes the default.
+/// Step 5's search space for head dim D, as compiled for sm_90 and the emulator (dq_vec_run =
+/// dq_vec); tuned_candidate(D) indexes the default.
 std::vector<BwdTiles> tuning_candidates(int D);
 int tuned_candidate(int D);
-/// The tiles of `variant` (for kTuned: candidate `candidate`, −1 the default).
+/// The tiles of `variant` (for kTuned: candidate `candidate`, −1 the default) as they run: with a
+/// GPU, dq_vec_run is the dQ atomic width of the code the GPU runs (1 before sm_90); without one,
+/// the emulator's (dq_vec).
 BwdTiles tiles(int variant, int D, int candidate = -1);
 
 /// Empty when (variant, candidate) can run shape s; otherwise why not, in one sentence.

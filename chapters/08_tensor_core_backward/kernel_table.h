@@ -35,7 +35,7 @@ KernelEntry entry_of() {
     using B = typename Pair::BwdCfg;
     using Q = typename Pair::DqCfg;
     return {B::tiles(Q::kThreads / 32, Q::Bc), B::kSmemBytes, Q::kSmemBytes,
-            dkdv_kernel<T, B, true>, dkdv_kernel<T, B, false>, dq_kernel<T, Q>,
+            dkdv_kernel<T, B, true>, dkdv_kernel<T, typename B::ScalarDq, false>, dq_kernel<T, Q>,
             preprocess_kernel<T, B::D>, convert_dq_kernel<T>};
 }
 

@@ -1,6 +1,8 @@
 // Chapter 8: the launch of the backward kernels (kernel/backward.cuh): which compiled kernels run
 // (kernel_table.h), their shared-memory limits raised once, the grids, the workspace.
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,10 @@ std::string BwdTiles::str() const {
     std::snprintf(buf, sizeof buf, "B_c x B_r = %d x %d (passes of %d), %d warps, %d stage%s, K/V in %s; dQ kernel %d x %d",
                   Bc(), Br, sub, warps, stages, stages > 1 ? "s" : "", kv_in_regs ? "registers" : "smem",
                   16 * dq_warps, dq_Bc);
-    return buf;
+    std::string out = buf;
+    if (dq_vec > 1) out += "; dQ atomics float" + std::to_string(dq_vec);
+    if (dq_vec_run != dq_vec) out += " asked, scalar run (this GPU runs code for one before sm_90)";
+    return out;
 }
 
 std::vector<BwdTiles> tuning_candidates(int D) {
@@ -36,7 +41,33 @@ std::vector<BwdTiles> tuning_candidates(int D) {
 
 int tuned_candidate(int D) { return D == 64 ? kTunedCandidate64 : kTunedCandidate128; }
 
-BwdTiles tiles(int variant, int D, int candidate) { return kernel_entry<__half>(variant, D, candidate).tiles; }
+namespace {
+
+/// Writes the widest dQ atomic (floats) that the code the GPU runs has: kMaxDqVec as compiled for
+/// the architecture the fat binary's loader picked for this device (its sm_90 code, or PTX of it
+/// compiled for a newer GPU, has vector atomics; the sm_75..sm_89 code has none).
+__global__ void dq_vec_probe(int* out) { *out = kMaxDqVec; }
+
+/// dq_vec_probe's answer for the current device, asked once per device.
+int device_max_dq_vec() {
+    static std::map<int, int> answers;
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    auto found = answers.find(device);
+    if (found != answers.end()) return found->second;
+    fa::DeviceBuffer<int> out(1);
+    dq_vec_probe<<<1, 1>>>(out.get());
+    CUDA_CHECK_LAUNCH();
+    return answers[device] = out.download()[0];
+}
+
+}  // namespace
+
+BwdTiles tiles(int variant, int D, int candidate) {
+    BwdTiles t = kernel_entry<__half>(variant, D, candidate).tiles;
+    if (t.dq_vec > 1 && fa::cuda_device_count() > 0) t.dq_vec_run = std::min(t.dq_vec, device_max_dq_vec());
+    return t;
+}
 
 int padded_rows(int N) { return fa::ceil_div(N, kRowPad) * kRowPad; }
 

@@ -100,6 +100,18 @@ inline float atomicAdd(float* address, float value) {
     *address = old + value;
     return old;
 }
+/// The vector forms of compute capability 9.0 (red.global.add.v2/.v4.f32), element by element.
+inline float2 atomicAdd(float2* address, float2 value) {
+    const float2 old = *address;
+    address->x = old.x + value.x, address->y = old.y + value.y;
+    return old;
+}
+inline float4 atomicAdd(float4* address, float4 value) {
+    const float4 old = *address;
+    address->x = old.x + value.x, address->y = old.y + value.y, address->z = old.z + value.z,
+    address->w = old.w + value.w;
+    return old;
+}
 [[noreturn]] inline void __trap() { ::tc::emu::trap("__trap()"); }
 
 #include "emulator_runtime.h"

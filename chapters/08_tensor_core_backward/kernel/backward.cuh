@@ -59,6 +59,16 @@ struct BwdParams {
 /// Rows of the padded row vectors L2 and Di: the largest B_r divides it.
 constexpr int kRowPad = 128;
 
+/// Floats one atomicAdd on global memory can add in this build: vector atomics (`atomicAdd` on
+/// float2 and float4, PTX red.global.add.v2/.v4.f32) exist from compute capability 9.0; the
+/// emulator has them too (emulator.h), so CI runs the vector path. The host asks a GPU which of
+/// the two its code has (launch.cu, dq_vec_probe).
+#if defined(FA_TC_EMULATE) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+constexpr int kMaxDqVec = 4;
+#else
+constexpr int kMaxDqVec = 1;
+#endif
+
 // The kernels exist in every build; their bodies need compute capability 8.0 (FA_TC_SM80) and
 // __trap() otherwise (the host refuses older devices before launching).
 
@@ -191,15 +201,51 @@ __device__ __forceinline__ void load_ds_frag(uint32_t (&a)[4], const uint16_t* d
     }
 }
 
+/// Line 15's atomics for one 16 × 8 accumulator tile c of dQ_i (rows row0.., columns col0..), Vec
+/// floats per atomicAdd instead of one: fewer atomic instructions, each adding a contiguous 8 or
+/// 16 bytes. Lane l (g = l / 4, t = l % 4) holds rows g (c0, c1) and g + 8 (c2, c3), columns 2t
+/// and 2t + 1 (tc::frag_c_row, tc::frag_c_col).
+///   Vec 2: one float2 per row: the lane's own two columns.
+///   Vec 4: lanes l and l ^ 1 (t even and t + 1) hold columns 4·(t/2)..4·(t/2) + 3 of both rows
+///     between them. The even lane takes row g, the odd lane row g + 8: each gives the other the
+///     row it does not take (one shuffle per pair of values exchanged), then adds one float4 of
+///     its row, the even lane's two columns first.
+/// Vector atomics need aligned addresses (8 or 16 bytes): the workspace starts a multiple of 1 KB
+/// into its allocation (after L2 and D_i, whose rows are padded to multiples of 128), its rows are
+/// D floats, and the columns a lane adds start at an even (Vec 2) or a multiple of 4 (Vec 4).
+template <int Vec>
+__device__ __forceinline__ void dq_add_vector(float* dQacc_head, const float (&c)[4], int row0, int col0, int N,
+                                              int D, int lane) {
+    if constexpr (Vec == 2) {
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = row0 + tc::frag_c_row(lane, 2 * r);
+            if (row < N)
+                atomicAdd(reinterpret_cast<float2*>(dQacc_head + row * D + col0 + tc::frag_c_col(lane, 0)),
+                          make_float2(c[2 * r], c[2 * r + 1]));
+        }
+    } else {
+        static_assert(Vec == 4, "dq_add_vector: 2 or 4 floats per atomic");
+        const bool odd = lane & 1;  // takes row g + 8
+        const float give0 = odd ? c[0] : c[2], give1 = odd ? c[1] : c[3];
+        const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+        const float4 v = odd ? make_float4(got0, got1, c[2], c[3]) : make_float4(c[0], c[1], got0, got1);
+        const int row = row0 + tc::frag_c_row(lane, odd ? 2 : 0), col = col0 + tc::frag_c_col(lane & ~1, 0);
+        if (row < N) atomicAdd(reinterpret_cast<float4*>(dQacc_head + row * D + col), v);
+    }
+}
+
 /// Line 15 with atomics: dQ_i += dS K_j (unscaled; convert_dq_kernel applies the scale), from
 /// the block's complete dSᵀ tile. The B_r × D product is split into B_r/16 m-tiles and, when there
-/// are more warps than m-tiles, column slices; warp w takes units w, w + Warps, ...
+/// are more warps than m-tiles, column slices; warp w takes units w, w + Warps, ... The adds are
+/// Cfg::kDqVec floats wide where this build has vector atomics, one float otherwise.
 template <class T, class Cfg>
 __device__ __forceinline__ void dq_add(float* dQacc_head, const uint16_t* dSt, const uint16_t* Ks, int q0, int N,
                                        int warp, int lane) {
     constexpr int D = Cfg::D, kRowTiles = Cfg::Br / 16;
     constexpr int kSlices = Cfg::kWarps > kRowTiles ? Cfg::kWarps / kRowTiles : 1;
     constexpr int kSliceTiles = D / 16 / kSlices;  // 16-column pairs of d per slice
+    constexpr int kDqVec = Cfg::kDqVec <= kMaxDqVec ? Cfg::kDqVec : 1;  // scalar where vectors do not exist
     for (int u = warp; u < kRowTiles * kSlices; u += Cfg::kWarps) {
         const int mt = u % kRowTiles, slice = u / kRowTiles;
         uint32_t a[Cfg::Bc / 16][4];
@@ -216,13 +262,20 @@ __device__ __forceinline__ void dq_add(float* dQacc_head, const uint16_t* dSt, c
                 tc::mma_m16n8k16<T>(acc[0], a[kk], b[0]);
                 tc::mma_m16n8k16<T>(acc[1], a[kk], b[1]);
             }
-            #pragma unroll
-            for (int h = 0; h < 2; ++h)
+            if constexpr (kDqVec == 1) {  // one float per atomicAdd
                 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int row = q0 + 16 * mt + tc::frag_c_row(lane, i);
-                    if (row < N) atomicAdd(dQacc_head + row * D + 16 * dd + 8 * h + tc::frag_c_col(lane, i), acc[h][i]);
-                }
+                for (int h = 0; h < 2; ++h)
+                    #pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const int row = q0 + 16 * mt + tc::frag_c_row(lane, i);
+                        if (row < N)
+                            atomicAdd(dQacc_head + row * D + 16 * dd + 8 * h + tc::frag_c_col(lane, i), acc[h][i]);
+                    }
+            } else {  // step 5: vector atomics
+                #pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    dq_add_vector<kDqVec>(dQacc_head, acc[h], q0 + 16 * mt, 16 * dd + 8 * h, N, D, lane);
+            }
         }
     }
 }

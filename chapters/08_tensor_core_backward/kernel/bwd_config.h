@@ -18,8 +18,12 @@ struct BwdTiles {
     bool kv_in_regs;  ///< the A fragments of K_j and V_j kept in registers for the whole inner loop
     int dq_warps;     ///< warps of the separate dQ kernel (--dq split); B_r of that kernel = 16 · dq_warps
     int dq_Bc;        ///< keys per K_j/V_j tile of the separate dQ kernel
+    int dq_vec;       ///< floats per atomicAdd of line 15 (--dq atomic) the configuration asks for: 1, 2 or 4
+    int dq_vec_run;   ///< the width that runs: dq_vec in code for compute capability 9.0 (or newer) and
+                      ///< in the emulator, 1 in code for an older GPU (the scalar fallback)
     constexpr int Bc() const { return 16 * warps; }
-    /// "B_c x B_r = 64 x 64 (passes of 32), 4 warps, 2 stages, K/V in smem; dQ kernel 64 x 64".
+    /// "B_c x B_r = 64 x 64 (passes of 32), 4 warps, 2 stages, K/V in smem; dQ kernel 64 x 64", and
+    /// with vector dQ atomics "; dQ atomics float4" (or "; dQ atomics float4 asked, scalar run").
     std::string str() const;
 };
 
@@ -29,13 +33,15 @@ struct BwdTiles {
 ///   2  ldmatrix (.trans for Qᵀ, dOᵀ as B operands and dS as the A operand of dQ) from XOR-swizzled tiles
 ///   3  cp.async pipeline of `Stages` buffers for Q_i, dO_i, L_i, D_i
 ///   4  Pᵀ and dSᵀ stay in registers as the A operands of dV_j and dK_j (only dSᵀ is stored, for dQ)
-///   5  tiles and warps per head dim (candidates.h, --sweep)
+///   5  tiles and warps per head dim (candidates.h, --sweep), and the width of line 15's atomics:
+///      `DqVec` floats per atomicAdd (1, 2 or 4; vector atomics need compute capability 9.0, the
+///      code for older GPUs adds the same values one float at a time)
 /// Warp w owns key rows 16w..16w+15 of the block's K_j, V_j (B_c = 16 · Warps): it computes the
 /// transposed tiles Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ (16 × B_r), so that Pᵀ and dSᵀ are already
 /// the A fragments of dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i, and dK_j, dV_j (16 × D) stay in its registers.
 /// It does so `Sub` query columns at a time (B_r / Sub passes over the Q_i tile): Sᵀ, dPᵀ, Pᵀ and
 /// dSᵀ of one pass take Sub/2 + Sub/2 + Sub/4 + Sub/4 registers next to dK_j, dV_j's D.
-template <int Step, int D_, int Warps, int Br_, int Stages, bool KVInRegs, int Sub = Br_>
+template <int Step, int D_, int Warps, int Br_, int Stages, bool KVInRegs, int Sub = Br_, int DqVec = 1>
 struct BwdConfig {
     static constexpr int kStep = Step;
     static constexpr int D = D_;
@@ -46,6 +52,7 @@ struct BwdConfig {
     static constexpr int kSub = Sub;
     static constexpr int kStages = Stages;
     static constexpr bool kKVInRegs = KVInRegs;
+    static constexpr int kDqVec = DqVec;  ///< floats per dQ atomicAdd (dq_add)
 
     static constexpr bool kLdmatrix = Step >= 2;  ///< ldmatrix(.trans) + swizzled shared memory
     static constexpr bool kCpAsync = Step >= 3;   ///< cp.async pipeline of the Q_i/dO_i tiles
@@ -64,7 +71,12 @@ struct BwdConfig {
     /// while it goes through shared memory (steps 1–3).
     static constexpr int kSmemBytes =
         2 * (2 * Bc * D + Stages * 2 * Br * D + Bc * Br + (Step >= 4 ? 0 : Bc * Br)) + Stages * 2 * Br * 4;
-    static constexpr BwdTiles tiles(int dq_warps, int dq_Bc) { return {Warps, Br_, Sub, Stages, KVInRegs, dq_warps, dq_Bc}; }
+    /// The same kernel with scalar dQ atomics: the dK/dV kernel without line 15 (--dq split) does
+    /// not depend on DqVec, so every width shares that one.
+    using ScalarDq = BwdConfig<Step, D_, Warps, Br_, Stages, KVInRegs, Sub, 1>;
+    static constexpr BwdTiles tiles(int dq_warps, int dq_Bc) {
+        return {Warps, Br_, Sub, Stages, KVInRegs, dq_warps, dq_Bc, DqVec, DqVec};
+    }
 
     static_assert(Step >= 1 && Step <= 5, "BwdConfig: steps 1..5");
     static_assert(D == 64 || D == 128, "BwdConfig: head dim 64 or 128");
@@ -73,6 +85,8 @@ struct BwdConfig {
     static_assert(Br % Sub == 0 && Sub % 16 == 0, "BwdConfig: B_r in passes of a multiple of 16 columns");
     static_assert(Br <= 2 * kThreads, "BwdConfig: L_i and D_i load in one pass");
     static_assert(!KVInRegs || Step >= 4, "BwdConfig: K/V fragments in registers from step 4");
+    static_assert(DqVec == 1 || ((DqVec == 2 || DqVec == 4) && Step == 5),
+                  "BwdConfig: dQ atomics of 1, 2 or 4 floats (2 and 4 from step 5)");
 };
 
 /// The separate dQ kernel of --dq split (Algorithm 2's line 15 with the loops swapped: Q_i outer,

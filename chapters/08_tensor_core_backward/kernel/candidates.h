@@ -23,23 +23,34 @@ using LadderPair = KernelPair<BwdConfig<Step, D, 4, 64, (Step >= 3 ? 2 : 1), fal
 template <int D>
 using Ladder = ch7::ConfigList<LadderPair<1, D>, LadderPair<2, D>, LadderPair<3, D>, LadderPair<4, D>>;
 
-/// Step 5's candidates, BwdConfig<5, D, warps, B_r, stages, K/V in registers, pass width>.
+/// Step 5's candidates, BwdConfig<5, D, warps, B_r, stages, K/V in registers, pass width, dQ atomic width>.
 /// Registers per lane ≈ dK_j, dV_j (D) + one pass's Sᵀ, dPᵀ, Pᵀ, dSᵀ (1.5 · pass width) + K_j, V_j
 /// fragments if kept (D/2) + addresses, at most 255 (`make chapter8 EXTRA_NVCCFLAGS=-Xptxas=-v`).
 template <class Bwd, int DqWarps>
 using Tuned = KernelPair<Bwd, DqConfig<5, Bwd::D, DqWarps, 64>>;
+/// c6–c9 are c2 and c4 (D = 64), c1 and c3 (D = 128) with float2 and float4 dQ atomics (the last
+/// template argument; on GPUs before compute capability 9.0 they run scalar atomics, i.e. as the
+/// candidate they copy).
 using Candidates64 = ch7::ConfigList<Tuned<BwdConfig<5, 64, 4, 64, 2, false, 64>, 4>,
                                       Tuned<BwdConfig<5, 64, 8, 64, 2, false, 64>, 8>,
                                       Tuned<BwdConfig<5, 64, 8, 64, 2, true, 64>, 8>,
                                       Tuned<BwdConfig<5, 64, 8, 128, 2, false, 64>, 8>,
                                       Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32>, 8>,
-                                      Tuned<BwdConfig<5, 64, 4, 128, 2, false, 32>, 4>>;
+                                      Tuned<BwdConfig<5, 64, 4, 128, 2, false, 32>, 4>,
+                                      Tuned<BwdConfig<5, 64, 8, 64, 2, true, 64, 2>, 8>,
+                                      Tuned<BwdConfig<5, 64, 8, 64, 2, true, 64, 4>, 8>,
+                                      Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32, 2>, 8>,
+                                      Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32, 4>, 8>>;
 using Candidates128 = ch7::ConfigList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 32>, 4>,
                                         Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32>, 8>,
                                         Tuned<BwdConfig<5, 128, 8, 64, 2, false, 64>, 8>,
                                         Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32>, 8>,
                                         Tuned<BwdConfig<5, 128, 4, 128, 2, false, 32>, 4>,
-                                        Tuned<BwdConfig<5, 128, 8, 64, 3, false, 32>, 8>>;
+                                        Tuned<BwdConfig<5, 128, 8, 64, 3, false, 32>, 8>,
+                                        Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32, 2>, 8>,
+                                        Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32, 4>, 8>,
+                                        Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32, 2>, 8>,
+                                        Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32, 4>, 8>>;
 
 /// Step 5's default candidate per head dim (./chapter8 --sweep; README, step 5).
 constexpr int kTunedCandidate64 = 2;
