@@ -17,7 +17,7 @@ log "chapter 9 ladder"
 for D in 128 64; do for c in "" --causal; do
   b=""; [ "$D$c" = 128 ] && b=--bench
   echo "### ./chapter9 --ladder $b --seq 8192 --batch 4 --heads 16 --dim $D $c --repeat 10"
-  timeout 60 ./chapter9 --ladder $b --seq 8192 --batch 4 --heads 16 --dim $D $c --repeat 10 2>&1 | sed -n '/^kernel  /,$p'
+  timeout 60 ./chapter9 --ladder $b --seq 8192 --batch 4 --heads 16 --dim $D $c --repeat 10 2>&1
 done; done > $OUT/ch9-ladder.txt 2>&1; log "  done"
 log "build (before, 4f626c7): chapter7"
 "${M[@]}" -C .carry/before -j16 chapter7 >> $OUT/build.txt 2>&1; log "  rc=$?"
@@ -25,6 +25,6 @@ log "chapter 7 ladder, after and before alternately, two rounds"
 for r in 1 2; do for t in after before; do for s in "--dim 128" "--dim 64 --causal"; do
   d=.; [ $t = before ] && d=.carry/before
   echo "### round $r, $t: ./chapter7 --ladder --seq 8192 --batch 4 --heads 16 $s --repeat 10"
-  (cd $d && timeout 60 ./chapter7 --ladder --seq 8192 --batch 4 --heads 16 $s --repeat 10 --csv $OUT/ladder-$t.csv 2>&1 | sed -n '/^kernel  /,$p')
+  (cd $d && timeout 60 ./chapter7 --ladder --seq 8192 --batch 4 --heads 16 $s --repeat 10 --csv $OUT/ladder-$t.csv 2>&1)
 done; done; done > $OUT/ch7-ladder.txt 2>&1; log "  done"
 log "end"
