@@ -56,8 +56,8 @@ COURSE = [
     Course(5, ["--kernel", "2"], "fp32"),
     Course(7, ["--kernel", "6", "--dtype", "fp16"], "fp16"),
     Course(7, ["--kernel", "6", "--dtype", "bf16"], "bf16"),
-    Course(9, ["--kernel", "3", "--dtype", "fp16"], "fp16"),  # Hopper (compute capability 9.0) only
-    Course(9, ["--kernel", "3", "--dtype", "bf16"], "bf16"),
+    Course(9, ["--kernel", "6", "--dtype", "fp16"], "fp16"),  # Hopper (compute capability 9.0) only
+    Course(9, ["--kernel", "6", "--dtype", "bf16"], "bf16"),
 ]
 
 # Agreement of O (relative L2 error against each backend): fp32 kernels differ from PyTorch by
