@@ -14,7 +14,7 @@ log "build"; "${M[@]}" -j16 all tests > /tmp/build.txt 2>&1; log "  rc=$? (warni
 log "chapter 10 tests"
 timeout 60 build/tests/chapter10_test > $OUT/ch10-tests.txt 2>&1; log "  rc=$?"
 log "compare_pytorch, chapters 7 and 9"
-PYTHONUNBUFFERED=1 timeout 170 python3 tools/compare_pytorch.py --chapters "7 9" --dims "32 64 96 128 256" \
+PYTHONUNBUFFERED=1 timeout 200 python3 tools/compare_pytorch.py --chapters "7 9" --dims "128 64 256 96 32" \
   --seq 8192 --causal "0 1" --repeat 10 --out $OUT/pytorch-fwd.csv > $OUT/pytorch-fwd.txt 2>&1; log "  rc=$?"
 log "chapter 8: ladder, sweeps"
 { for D in 128 64; do h=$((2048 / D)); echo "### ./chapter8 --ladder --train --seq 4096 --batch 4 --heads $((h / 2)) --dim $D --repeat 10"
