@@ -296,9 +296,9 @@ TEST_CASE("ch8: step 5's vector dQ atomic candidates: widths, scalar twins, and 
             CHECK(t.str().find("scalar") == std::string::npos);
             CHECK(scalar_twin(D, k) >= 0);  // each one is timed against the same tiles with scalar atomics
         }
-        // the defaults keep scalar atomics (no GPU measurement chose otherwise yet)
-        CHECK(tuning_candidates(D)[std::size_t(tuned_candidate(D))].dq_vec == 1);
-        CHECK(tuning_candidates(D)[std::size_t(tuned_candidate(D))].str().find("dQ atomics") == std::string::npos);
+        // the defaults are float4 candidates (the fastest in the H200 sweep of 2026-11-26, README step 5)
+        CHECK(tuning_candidates(D)[std::size_t(tuned_candidate(D))].dq_vec == 4);
+        CHECK(tuning_candidates(D)[std::size_t(tuned_candidate(D))].str().find("dQ atomics float4") != std::string::npos);
     }
     // what a GPU before sm_90 reports: the width asked for and that scalar atomics run
     BwdTiles t = tuning_candidates(128)[std::size_t(vector_dq_candidates(128).back())];

@@ -13,9 +13,8 @@
 #include "../../common/math.h"
 
 #include "kernel/candidates.h"
+#include "kernel/flash_forward.cuh"  // FwdParams
 #include "chapter7.h"
-#include "kernel/flash_forward.cuh"
-#include "kernel/wmma_forward.cuh"
 
 namespace ch7 {
 inline namespace FA_TC_KERNELS {
@@ -29,22 +28,15 @@ struct KernelEntry {
     int threads() const { return 32 * tiles.warps; }
 };
 
-template <class T, class Cfg>
-KernelEntry mma_entry() {
-    return {Cfg::kTiles, Cfg::kSmemBytes, flash_forward_kernel<T, Cfg>};
-}
-
+/// The compiled kernels of head dim D: variants 1–5 (the ladder) and variant 6's candidates.
+/// Declared here, defined in kernel_instances.h and compiled once per head dim (instances/d*.cu for
+/// the GPU, emulator/d*.cpp for the CPU emulator): an edit in kernel/ rebuilds the head dims side
+/// by side under make -j, and the launch, which includes this header, instantiates no kernel.
 template <class T, int D>
-KernelEntry wmma_entry() {
-    return {WmmaTiles<D>::kTiles, WmmaTiles<D>::kSmemBytes, wmma_kernel<T, D>};
-}
-
-template <class T, class List>
-std::vector<KernelEntry> entries_of(List list) {
-    std::vector<KernelEntry> out;
-    for_each_config(list, [&](auto cfg) { out.push_back(mma_entry<T, decltype(cfg)>()); });
-    return out;
-}
+struct DimKernels {
+    static KernelEntry ladder(int variant);
+    static const std::vector<KernelEntry>& tuned();
+};
 
 /// The head dims the kernels are compiled for: the one place a run-time D meets them.
 template <int... Dims>
@@ -63,10 +55,7 @@ using HeadDims = HeadDimList<32, 64, 96, 128, 256>;
 /// Variant 6's candidates for head dim D.
 template <class T>
 const std::vector<KernelEntry>& kernel_candidates(int D) {
-    return *HeadDims::with(D, [](auto d) {
-        static const std::vector<KernelEntry> c = entries_of<T>(typename TunedTiles<decltype(d)::value>::List{});
-        return &c;
-    });
+    return *HeadDims::with(D, [](auto d) { return &DimKernels<T, decltype(d)::value>::tuned(); });
 }
 
 /// Variant 6's default candidate for head dim D.
@@ -74,23 +63,12 @@ inline int default_candidate(int D) {
     return HeadDims::with(D, [](auto d) { return TunedTiles<decltype(d)::value>::kDefault; });
 }
 
-template <class T, int D>
-KernelEntry ladder_entry(int variant) {
-    switch (variant) {
-        case kWmma: return wmma_entry<T, D>();
-        case kMmaSync: return mma_entry<T, LadderConfig<2, D>>();
-        case kLdmatrix: return mma_entry<T, LadderConfig<3, D>>();
-        case kCpAsync: return mma_entry<T, LadderConfig<4, D>>();
-        default: return mma_entry<T, LadderConfig<5, D>>();
-    }
-}
-
 /// The kernel for (variant, D, candidate); the arguments must be valid (unsupported_reason empty).
 template <class T>
 KernelEntry kernel_entry(int variant, int D, int candidate) {
     if (variant == kTuned)
         return kernel_candidates<T>(D)[std::size_t(candidate >= 0 ? candidate : default_candidate(D))];
-    return HeadDims::with(D, [&](auto d) { return ladder_entry<T, decltype(d)::value>(variant); });
+    return HeadDims::with(D, [&](auto d) { return DimKernels<T, decltype(d)::value>::ladder(variant); });
 }
 
 /// The kernels' parameters for device (or, emulated, host) arrays of shape s.

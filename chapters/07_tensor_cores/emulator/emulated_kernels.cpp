@@ -1,11 +1,9 @@
 // Chapter 7: the kernels of kernel/ compiled for the CPU emulator (common/tensor_core/emulator.h)
 // and launched on host arrays. Same source, same tile table (kernel_table.h) as the GPU build
-// (launch.cu); only the PTX instructions, wmma and the CUDA intrinsics are emulated, and they are
-// included here, before the kernels: the kernel headers never include the emulator.
-#define FA_TC_EMULATE 1
-#include "../../../common/tensor_core/emulator.h"
-#include "../../../common/tensor_core/emulated_ptx.h"
-#include "../../../common/tensor_core/emulated_wmma.h"
+// (launch.cu); the kernels of each head dim are compiled in emulator/d*.cpp. Only the PTX
+// instructions, wmma and the CUDA intrinsics are emulated, and emulated_build.h includes them before
+// the kernels: the kernel headers never include the emulator.
+#include "emulated_build.h"
 
 #include <cstdio>
 #include <cstdlib>

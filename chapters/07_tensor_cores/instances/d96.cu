@@ -1,0 +1,5 @@
+// Chapter 7: the GPU kernels of head dim 96 (kernel_instances.h), one file per head dim so that
+// make -j compiles them side by side after an edit in kernel/.
+#include "../kernel_instances.h"
+
+CH7_INSTANTIATE_HEAD_DIM(96)
