@@ -71,9 +71,9 @@ using Candidates256 = ConfigList<MmaConfig<6, 256, 4, 1, 32, 2, false>,  //
                                  MmaConfig<6, 256, 8, 1, 32, 2, false>>;
 
 /// Variant 6's candidates for head dim D (`List`) and the one it uses by default (`kDefault`, an
-/// index in List). D = 64 and 128: the fastest without spills in `./chapter7 --sweep` (the
-/// measurements, and the runs they come from, are in the README, step 6). D = 32, 96, 256:
-/// candidate 0, chosen by reasoning until a sweep measures them (README, "Head dimensions").
+/// index in List): the fastest without spills in `./chapter7 --sweep` (the measurements, and the
+/// runs they come from, are in the README: step 6 for D = 64 and 128, "Head dimensions" for the
+/// others).
 template <class Candidates, int Default>
 struct Tuning {
     using List = Candidates;
@@ -81,7 +81,7 @@ struct Tuning {
 };
 template <int D>
 struct TunedTiles;
-template <> struct TunedTiles<32> : Tuning<Candidates32, 0> {};
+template <> struct TunedTiles<32> : Tuning<Candidates32, 2> {};
 template <> struct TunedTiles<64> : Tuning<Candidates64, 2> {};
 template <> struct TunedTiles<96> : Tuning<Candidates96, 0> {};
 template <> struct TunedTiles<128> : Tuning<Candidates128, 0> {};
