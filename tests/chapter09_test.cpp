@@ -740,6 +740,16 @@ TEST_CASE("every tile candidate of kernel 6 on N in {1,17,113,1023,4097}, causal
     }
 }
 
+TEST_CASE("wgmma peak: a finite, positive rate for fp16 and bf16", "[gpu][sm90][chapter9]") {
+    REQUIRE(have_sm90());
+    // A failed launch stops the program, and a kernel that does no work times at ~0 ms (an
+    // infinite rate); the rate itself is a measurement (README), so no number is checked.
+    const double fp16 = ch9::wgmma_tflops<__half>(3), bf16 = ch9::wgmma_tflops<__nv_bfloat16>(3);
+    INFO("fp16 " << fp16 << " TF/s, bf16 " << bf16 << " TF/s");
+    CHECK((std::isfinite(fp16) && fp16 > 0.0));
+    CHECK((std::isfinite(bf16) && bf16 > 0.0));
+}
+
 CHAPTER9_VARIANT_TESTS(1)
 CHAPTER9_VARIANT_TESTS(2)
 CHAPTER9_VARIANT_TESTS(3)

@@ -58,6 +58,13 @@ std::string device_unsupported_reason(const fa::DeviceInfo& d);
 template <class T>
 ch7::KernelResources kernel_resources(int variant, int D, int candidate = -1);
 
+/// The rate of wgmma.mma_async m64n128k16 alone on this GPU (TF/s, median of `repeat` runs): both
+/// operands in shared memory through descriptors, fp32 accumulators, two warpgroups per block, one
+/// full wave of blocks (wgmma_peak.cu). Every FLOP of steps 1–6 is a wgmma, so this is the most
+/// they can reach. Needs compute capability 9.0 (device_unsupported_reason).
+template <class T>
+double wgmma_tflops(int repeat);
+
 /// O = softmax(Q Kᵀ·scale) V and L = rowwise logsumexp (natural log) on the default stream, for
 /// device arrays (16-byte aligned, as cudaMalloc gives); shape, candidate and device must be
 /// supported.
