@@ -3,11 +3,12 @@
 //
 // [cpu]: the 128-byte swizzle (a bijection, TMA's address rule), the wgmma descriptor fields and
 // the k-step offsets, the TMA box parameters, the ring protocol of step 3 and the turns of steps
-// 4-6 in random interleavings, step 6's staging of O, the step configurations, argument checks,
-// and the CPU mirror at the chapter's B_c (chapter 7's, with B_c = 128).
+// 4-6 in random interleavings, step 6's staging of O, the step configurations and step 6's tile
+// candidates, argument checks, and the CPU mirror at the chapter's B_c (chapter 7's, with B_c = 128).
 // [gpu][sm90] (compute capability 9.0 only; on another GPU tests/main.cpp skips them visibly): every step on N ∈ {1, 17, 113, 1023, 4097, 16384}, causal
 // and not, D = 64 and 128, bf16 and fp16, B·H > 1, with large scores, against the 2× rule with
-// outputs poisoned; and writes past the end of O and L.
+// outputs poisoned; and writes past the end of O and L; every tile candidate of step 6 on the
+// same kind of grid; the wgmma peak's rate.
 #include <catch2/catch.hpp>
 
 #include <cmath>

@@ -136,9 +136,10 @@ constexpr bool fits_smem(ch7::ConfigList<Cfgs...>) {
 /// (the turns assume two, and B_c is the width of the S wgmma), so the candidates differ in the
 /// depth of the K/V ring. A stage holds K_j and V_j, 32 KB at D = 64 and 64 KB at D = 128, beside
 /// Q (16 or 32 KB): D = 128 fits 2 and 3 stages (4 would need 288 KB of tiles); D = 64 lists 2 to
-/// 4 (144 KB of tiles; 5 and 6 stages would fit too, and are left out to keep the build small). The 2-stage candidate is step 6 with step 5's ring, so set beside step 5 it
-/// isolates the TMA store of O. The default is 3 stages, what step 6 has used since it was
-/// written: no GPU has timed the other candidates yet.
+/// 4 (144 KB of tiles; 5 and 6 stages would fit too, and are left out to keep the build small).
+/// The 2-stage candidate is step 6 with step 5's ring, so set beside step 5 it isolates the TMA
+/// store of O. The default is 3 stages, what step 6 has used since it was written: no GPU has
+/// timed the other candidates yet.
 template <int D>
 struct Step6Tiles;
 template <>
