@@ -3,11 +3,12 @@
 //
 // [cpu]: the 128-byte swizzle (a bijection, TMA's address rule), the wgmma descriptor fields and
 // the k-step offsets, the TMA box parameters, the ring protocol of step 3 and the turns of steps
-// 4-6 in random interleavings, step 6's staging of O, the step configurations, argument checks,
-// and the CPU mirror at the chapter's B_c (chapter 7's, with B_c = 128).
+// 4-6 in random interleavings, step 6's staging of O, the step configurations and step 6's tile
+// candidates, argument checks, and the CPU mirror at the chapter's B_c (chapter 7's, with B_c = 128).
 // [gpu][sm90] (compute capability 9.0 only; on another GPU tests/main.cpp skips them visibly): every step on N ∈ {1, 17, 113, 1023, 4097, 16384}, causal
 // and not, D = 64 and 128, bf16 and fp16, B·H > 1, with large scores, against the 2× rule with
-// outputs poisoned; and writes past the end of O and L.
+// outputs poisoned; and writes past the end of O and L; every tile candidate of step 6 on the
+// same kind of grid; the wgmma peak's rate.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -48,23 +49,32 @@ fa::AttnProblem rounded_problem(const fa::AttnShape& s, std::uint64_t seed, doub
     return p;
 }
 
-// Runs `variants` on each shape (inputs made once per shape, outputs poisoned before each run)
-// and checks O and L with the 2× rule against chapter 7's CPU mirror at the kernels' B_c.
+// One kernel of a test: a variant and, for step 6, a tile candidate (−1: the default).
+struct Kernel {
+    int variant, candidate = -1;
+};
+
+// Runs `kernels` on each shape (inputs made once per shape, outputs poisoned before each run)
+// and checks O and L with the 2× rule against chapter 7's CPU mirror at each kernel's B_c.
 template <class T>
-void check_rule_on(const std::vector<fa::AttnShape>& shapes, const std::vector<int>& variants, double magnitude = 1.0) {
+void check_rule_on(const std::vector<fa::AttnShape>& shapes, const std::vector<Kernel>& kernels,
+                   double magnitude = 1.0) {
     for (const fa::AttnShape& s : shapes) {
         const std::uint64_t seed = 11 + std::uint64_t(s.N);
         const fa::AttnProblem p = rounded_problem<T>(s, seed, magnitude);
         fa::DeviceAttention<T> d(p);
-        const ch7::MirrorErrors mirror = ch7::mirror_errors<T>(p, ch9::tiles(variants.front(), s.D).Bc);
-        for (int v : variants) {
+        std::map<int, ch7::MirrorErrors> mirrors;  // by B_c
+        for (const Kernel& k : kernels) {
+            const int Bc = ch9::tiles(k.variant, s.D, k.candidate).Bc;
+            if (!mirrors.count(Bc)) mirrors.emplace(Bc, ch7::mirror_errors<T>(p, Bc));
             d.poison_outputs();
-            ch9::forward<T>(v, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get());
+            ch9::forward<T>(k.variant, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get(), k.candidate);
             CUDA_CHECK(cudaDeviceSynchronize());
             const std::vector<float> O = d.O_host(), L = d.L_host();
-            const ch7::RuleVerdict verdict = ch7::low_precision_rule(fa::check_forward(p, O.data(), L.data()), mirror);
+            const ch7::RuleVerdict verdict =
+                ch7::low_precision_rule(fa::check_forward(p, O.data(), L.data()), mirrors.at(Bc));
             INFO(fa::dtype_name<T>() << " " << s.str() << " magnitude " << magnitude << " kernel "
-                                     << ch9::variant_name(v) << "\n"
+                                     << ch9::variant_name(k.variant) << " candidate " << k.candidate << "\n"
                                      << verdict.text);
             CHECK(verdict.ok);
         }
@@ -74,7 +84,7 @@ void check_rule_on(const std::vector<fa::AttnShape>& shapes, const std::vector<i
 // The chapter's grid: N ∈ {1, 17, 113, 1023, 4097, 16384} (small mode: up to 113), causal and
 // not, D = 64 and 128, B·H ∈ {2, 6}; both dtypes; then large scores (magnitude 4: scores of
 // several hundred, e^S alone overflows fp32).
-void gpu_grid(const std::vector<int>& variants) {
+void gpu_grid(const std::vector<Kernel>& variants) {
     const bool small = fa::test::small_shapes();
     const std::vector<int> Ns = small ? std::vector<int>{1, 17, 113} : std::vector<int>{1, 17, 113, 1023, 4097, 16384};
     std::vector<fa::AttnShape> shapes;
@@ -96,7 +106,7 @@ void quick_variant(int variant) {
     std::vector<fa::AttnShape> shapes;
     for (bool causal : {false, true})
         for (int D : {64, 128}) shapes.push_back(fa::make_shape(2, 2, 1000, D, causal));
-    check_rule_on<__nv_bfloat16>(shapes, {variant});
+    check_rule_on<__nv_bfloat16>(shapes, {{variant}});
 }
 
 // The kernel writes every element of O and L and nothing past their ends (a whole block of rows
@@ -633,6 +643,39 @@ TEST_CASE("step configurations: threads, tiles, shared memory within the H100's 
     CHECK(ch9::tiles(6, 128).smem_bytes == S6::kSmemBytes);
 }
 
+TEST_CASE("step 6's tile candidates: each fits 227 KB and says its tiles; the default is step 6's 3 stages, "
+          "candidate 0 step 5's 2", "[cpu][chapter9]") {
+    STATIC_REQUIRE(ch9::fits_smem(ch9::Step6Tiles<64>::List{}));
+    STATIC_REQUIRE(ch9::fits_smem(ch9::Step6Tiles<128>::List{}));
+    STATIC_REQUIRE_FALSE(ch9::fits_smem(ch7::ConfigList<ch9::HopperConfig<6, 64, 2>, ch9::HopperConfig<6, 128, 4>>{}));
+    const std::map<int, std::vector<int>> stages_of{{64, {2, 3, 4}}, {128, {2, 3}}};
+    for (const auto& [D, stages] : stages_of) {
+        const std::vector<ch9::Tiles> c = ch9::tuning_candidates(D);
+        REQUIRE(c.size() == stages.size());
+        for (std::size_t i = 0; i < c.size(); ++i) {
+            const ch9::Tiles& t = c[i];
+            INFO("D " << D << " candidate " << i << ": " << t.str());
+            CHECK(t.stages == stages[i]);
+            CHECK(t.Br == 128);
+            CHECK(t.Bc == 128);
+            CHECK(t.threads == 384);
+            // Q, the ring of (K_j, V_j), the mbarriers (full and empty per stage, Q's), 1 KB of slack
+            CHECK(t.smem_bytes == 2 * (128 * D + t.stages * 2 * 128 * D) + 8 * (2 * t.stages + 1) + 1024);
+            CHECK(t.smem_bytes <= ch9::kSmemOptIn);
+            CHECK(t.str() == "B_r x B_c = 128 x 128, " + std::to_string(t.stages) + " stages, 384 threads");
+            CHECK(ch9::tiles(ch9::kTuned, D, int(i)).str() == t.str());
+        }
+        CHECK(ch9::tiles(ch9::kTuned, D).stages == 3);
+        CHECK(c.at(std::size_t(ch9::tuned_candidate(D))).str() == ch9::tiles(ch9::kTuned, D).str());
+        CHECK(c.front().stages == ch9::tiles(ch9::kOverlap, D).stages);  // the ablation against step 5
+        const fa::AttnShape s = fa::make_shape(1, 2, 100, D, true);
+        CHECK(ch9::unsupported_reason(ch9::kTuned, s, int(c.size()) - 1).empty());
+        CHECK_THAT(ch9::unsupported_reason(ch9::kTuned, s, int(c.size())), Catch::Contains("candidates"));
+        CHECK_THAT(ch9::unsupported_reason(ch9::kOverlap, s, 0), Catch::Contains("only kernel 6"));
+    }
+    CHECK(ch9::tuning_candidates(32).empty());
+}
+
 TEST_CASE("unsupported shapes, kernels and devices get one clear reason", "[cpu][chapter9]") {
     CHECK(ch9::unsupported_reason(1, fa::make_shape(1, 1, 17, 64, false)).empty());
     CHECK(ch9::unsupported_reason(3, fa::make_shape(2, 3, 1, 128, true)).empty());
@@ -668,7 +711,7 @@ TEST_CASE("CPU mirror at the chapter's B_c = 128, unrounded, equals the float64 
     TEST_CASE("kernel " #K " on N in {1,17,113,1023,4097,16384}, causal and not, D 64 and 128, fp16 and "  \
               "bf16, large scores: error at most 2x the mirror's", "[gpu][sm90][chapter9][v" #K "]") {           \
         REQUIRE(have_sm90());                                                                          \
-        gpu_grid({K});                                                                                 \
+        gpu_grid({{K}});                                                                               \
     }                                                                                                  \
     TEST_CASE("kernel " #K " quick: several K/V tiles and query blocks, causal and not, both head dims", \
               "[gpu][sm90][chapter9][v" #K "]") {                                                            \
@@ -679,6 +722,34 @@ TEST_CASE("CPU mirror at the chapter's B_c = 128, unrounded, equals the float64 
         REQUIRE(have_sm90());                                                                          \
         bounds_variant(K);                                                                             \
     }
+
+TEST_CASE("every tile candidate of kernel 6 on N in {1,17,113,1023,4097}, causal and not, D 64 and 128, fp16 and "
+          "bf16, large scores: error at most 2x the mirror's", "[gpu][sm90][chapter9][v6]") {
+    REQUIRE(have_sm90());
+    const std::vector<int> Ns = fa::test::small_shapes() ? std::vector<int>{1, 17, 113}
+                                                         : std::vector<int>{1, 17, 113, 1023, 4097};
+    for (int D : {64, 128}) {
+        std::vector<Kernel> kernels;
+        for (int c = 0; c < int(ch9::tuning_candidates(D).size()); ++c) kernels.push_back({ch9::kTuned, c});
+        std::vector<fa::AttnShape> shapes;
+        for (bool causal : {false, true})
+            for (int N : Ns) shapes.push_back(fa::make_shape(N >= 4097 ? 1 : 2, N >= 4097 ? 2 : 3, N, D, causal));
+        check_rule_on<__nv_bfloat16>(shapes, kernels);
+        check_rule_on<__half>(shapes, kernels);
+        check_rule_on<__half>({fa::make_shape(1, 2, 257, D, true)}, kernels, 4.0);
+        check_rule_on<__nv_bfloat16>({fa::make_shape(1, 2, 257, D, false)}, kernels, 4.0);
+    }
+}
+
+TEST_CASE("wgmma peak: a finite, positive rate for fp16 and bf16", "[gpu][sm90][chapter9]") {
+    REQUIRE(have_sm90());
+    // A failed launch stops the program, and a kernel that does no work times at ~0 ms (an
+    // infinite rate); the rate itself is a measurement (README), so no number is checked.
+    const double fp16 = ch9::wgmma_tflops<__half>(3), bf16 = ch9::wgmma_tflops<__nv_bfloat16>(3);
+    INFO("fp16 " << fp16 << " TF/s, bf16 " << bf16 << " TF/s");
+    CHECK((std::isfinite(fp16) && fp16 > 0.0));
+    CHECK((std::isfinite(bf16) && bf16 > 0.0));
+}
 
 CHAPTER9_VARIANT_TESTS(1)
 CHAPTER9_VARIANT_TESTS(2)

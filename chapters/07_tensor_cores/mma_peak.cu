@@ -6,9 +6,7 @@
 
 #include <cstdint>
 
-#include "../../common/check.h"
-#include "../../common/device.h"
-#include "../../common/gpu_timer.h"
+#include "../../common/peak.cuh"
 #include "chapter7.h"
 #include "../../common/tensor_core/ptx.cuh"
 
@@ -48,22 +46,8 @@ __global__ void __launch_bounds__(kPeakThreads) mma_peak_kernel(float* out) {
 
 template <class T>
 double mma_sync_tflops(int repeat) {
-    const fa::DeviceInfo dev = fa::device_info();
-    int blocks_per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, mma_peak_kernel<T>, kPeakThreads, 0));
-    const int blocks = dev.sm_count * blocks_per_sm;  // one full wave: every SM busy to the end
-    fa::DeviceBuffer<float> out(std::size_t(blocks) * kPeakThreads);
-    fa::GpuTimer timer(false);  // nothing to flush: no memory traffic
-    const fa::TimingStats t = timer.time(
-        [&] {
-            mma_peak_kernel<T><<<blocks, kPeakThreads>>>(out.get());
-            CUDA_CHECK_LAUNCH();
-        },
-        repeat);
-    const double mmas = double(blocks) * (kPeakThreads / 32) * kChains * kIters;
-    const double flops = mmas * 2.0 * 16 * 8 * 16;
-    fa::print_timing("mma.sync m16n8k16 peak", t, flops, 0);
-    return flops / (t.median_ms * 1e-3) / 1e12;
+    const double flops_per_block = double(kPeakThreads / 32) * kChains * kIters * 2.0 * 16 * 8 * 16;
+    return fa::peak_tflops(mma_peak_kernel<T>, kPeakThreads, flops_per_block, "mma.sync m16n8k16 peak", repeat);
 }
 
 template double mma_sync_tflops<__half>(int);

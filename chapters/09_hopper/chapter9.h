@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "../../common/attention.h"
 #include "../../common/device.h"
@@ -36,10 +37,18 @@ struct Tiles {
     int Br, Bc, stages, threads, smem_bytes;
     std::string str() const;  ///< "B_r x B_c = 128 x 128, 2 stages, 384 threads"
 };
-Tiles tiles(int variant, int D);
+/// The tiles `variant` uses at head dim D; for step 6, candidate `candidate` of
+/// tuning_candidates(D) (−1: the default).
+Tiles tiles(int variant, int D, int candidate = -1);
 
-/// Empty when `variant` can run shape `s`; otherwise why not.
-std::string unsupported_reason(int variant, const fa::AttnShape& s);
+/// Step 6's tile candidates at head dim D (kernel/hopper_config.h, Step6Tiles; empty for a D the
+/// kernels are not compiled for); tuned_candidate(D) indexes the default.
+std::vector<Tiles> tuning_candidates(int D);
+/// Index in tuning_candidates(D) of the candidate step 6 uses by default.
+int tuned_candidate(int D);
+
+/// Empty when `variant` (and for step 6, `candidate`) can run shape `s`; otherwise why not.
+std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidate = -1);
 
 /// Empty when device `d` can run the kernels (compute capability 9.0: sm_90a code runs on nothing
 /// else); otherwise one sentence saying why not.
@@ -47,11 +56,20 @@ std::string device_unsupported_reason(const fa::DeviceInfo& d);
 
 /// Registers, spills, threads, shared memory and blocks per SM of a variant (as chapter 7's).
 template <class T>
-ch7::KernelResources kernel_resources(int variant, int D);
+ch7::KernelResources kernel_resources(int variant, int D, int candidate = -1);
+
+/// The rate of wgmma.mma_async m64n128k16 alone on this GPU (TF/s, median of `repeat` runs): both
+/// operands in shared memory through descriptors, fp32 accumulators, two warpgroups per block, one
+/// full wave of blocks (wgmma_peak.cu). Every FLOP of steps 1–6 is a wgmma, so this is the most
+/// they can reach. Needs compute capability 9.0 (device_unsupported_reason).
+template <class T>
+double wgmma_tflops(int repeat);
 
 /// O = softmax(Q Kᵀ·scale) V and L = rowwise logsumexp (natural log) on the default stream, for
-/// device arrays (16-byte aligned, as cudaMalloc gives); shape and device must be supported.
+/// device arrays (16-byte aligned, as cudaMalloc gives); shape, candidate and device must be
+/// supported.
 template <class T>
-void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O, float* L);
+void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O, float* L,
+             int candidate = -1);
 
 }  // namespace ch9

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "../../common/check.h"
 #include "../../common/device.h"
@@ -32,21 +33,36 @@ KernelEntry entry_of() {
     return {{Cfg::Br, Cfg::Bc, Cfg::kStages, Cfg::kThreads, Cfg::kSmemBytes}, hopper_forward_kernel<T, Cfg>};
 }
 
+/// Step 6's candidates at head dim D, in the order of Step6Tiles<D>::List.
 template <class T, int D>
-KernelEntry step_entry(int variant) {
+const std::vector<KernelEntry>& step6_entries() {
+    static const std::vector<KernelEntry> entries = [] {
+        std::vector<KernelEntry> v;
+        ch7::for_each_config(typename Step6Tiles<D>::List{}, [&](auto cfg) {
+            using Cfg = decltype(cfg);
+            v.push_back(entry_of<T, Cfg::kStep, D, Cfg::kStages>());
+        });
+        return v;
+    }();
+    return entries;
+}
+
+template <class T, int D>
+KernelEntry step_entry(int variant, int candidate) {
     switch (variant) {
         case kWgmma: return entry_of<T, 1, D, 1>();
         case kTma: return entry_of<T, 2, D, 2>();
         case kSpecialized: return entry_of<T, 3, D, 2>();
         case kPingpong: return entry_of<T, 4, D, 2>();
         case kOverlap: return entry_of<T, 5, D, 2>();
-        default: return entry_of<T, 6, D, 3>();  // step 6: a third stage fits 227 KB at D = 128
+        default:  // step 6: a candidate of Step6Tiles
+            return step6_entries<T, D>()[std::size_t(candidate >= 0 ? candidate : Step6Tiles<D>::kDefault)];
     }
 }
 
 template <class T>
-KernelEntry kernel_entry(int variant, int D) {
-    return fa::with_head_dim<64, 128>(D, [&](auto d) { return step_entry<T, decltype(d)::value>(variant); });
+KernelEntry kernel_entry(int variant, int D, int candidate) {
+    return fa::with_head_dim<64, 128>(D, [&](auto d) { return step_entry<T, decltype(d)::value>(variant, candidate); });
 }
 
 /// cuTensorMapEncodeTiled from the driver, looked up once through the runtime.
@@ -100,9 +116,22 @@ std::string Tiles::str() const {
     return buf;
 }
 
-Tiles tiles(int variant, int D) { return kernel_entry<__half>(variant, D).tiles; }
+Tiles tiles(int variant, int D, int candidate) { return kernel_entry<__half>(variant, D, candidate).tiles; }
 
-std::string unsupported_reason(int variant, const fa::AttnShape& s) {
+std::vector<Tiles> tuning_candidates(int D) {
+    std::vector<Tiles> out;
+    if (D != 64 && D != 128) return out;
+    const std::vector<KernelEntry>* entries =
+        fa::with_head_dim<64, 128>(D, [](auto d) { return &step6_entries<__half, decltype(d)::value>(); });
+    for (const KernelEntry& e : *entries) out.push_back(e.tiles);
+    return out;
+}
+
+int tuned_candidate(int D) {
+    return fa::with_head_dim<64, 128>(D, [](auto d) { return Step6Tiles<decltype(d)::value>::kDefault; });
+}
+
+std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidate) {
     char buf[192];
     if (variant < kFirstVariant || variant > kLastVariant) {
         std::snprintf(buf, sizeof buf, "kernel %d does not exist (chapter 9 has kernels %d..%d)", variant,
@@ -113,6 +142,12 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s) {
         std::snprintf(buf, sizeof buf,
                       "head dim %d is not supported: the Hopper kernels of chapter 9 are compiled for D = 64 and D = 128",
                       s.D);
+        return buf;
+    }
+    const int n = int(tuning_candidates(s.D).size());
+    if (candidate >= 0 && (variant != kTuned || candidate >= n)) {
+        std::snprintf(buf, sizeof buf, "tile candidate %d: only kernel 6 has candidates, 0..%d for D = %d",
+                      candidate, n - 1, s.D);
         return buf;
     }
     if (s.N < 1 || s.B < 1 || s.H < 1 || s.B > 65535 || s.H > 65535 || std::int64_t(s.B) * s.H > (1 << 30)) {
@@ -134,8 +169,8 @@ std::string device_unsupported_reason(const fa::DeviceInfo& d) {
 }
 
 template <class T>
-ch7::KernelResources kernel_resources(int variant, int D) {
-    const KernelEntry e = kernel_entry<T>(variant, D);
+ch7::KernelResources kernel_resources(int variant, int D, int candidate) {
+    const KernelEntry e = kernel_entry<T>(variant, D, candidate);
     fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.tiles.smem_bytes), "chapter 9 kernel");
     cudaFuncAttributes a{};
     CUDA_CHECK(cudaFuncGetAttributes(&a, e.kernel));
@@ -145,13 +180,14 @@ ch7::KernelResources kernel_resources(int variant, int D) {
 }
 
 template <class T>
-void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O, float* L) {
-    const std::string why = unsupported_reason(variant, s);
+void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O, float* L,
+             int candidate) {
+    const std::string why = unsupported_reason(variant, s, candidate);
     if (!why.empty()) {
         std::fprintf(stderr, "ch9::forward: %s\n", why.c_str());
         std::exit(2);
     }
-    const KernelEntry e = kernel_entry<T>(variant, s.D);
+    const KernelEntry e = kernel_entry<T>(variant, s.D, candidate);
     fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.tiles.smem_bytes), "chapter 9 kernel");
     const CUtensorMap mq = tensor_map(Q, s, e.tiles.Br), mk = tensor_map(K, s, e.tiles.Bc),
                       mv = tensor_map(V, s, e.tiles.Bc), mo = tensor_map(O, s, kOBoxRows);
@@ -160,10 +196,11 @@ void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const 
     CUDA_CHECK_LAUNCH();
 }
 
-template ch7::KernelResources kernel_resources<__half>(int, int);
-template ch7::KernelResources kernel_resources<__nv_bfloat16>(int, int);
-template void forward<__half>(int, const fa::AttnShape&, const __half*, const __half*, const __half*, __half*, float*);
+template ch7::KernelResources kernel_resources<__half>(int, int, int);
+template ch7::KernelResources kernel_resources<__nv_bfloat16>(int, int, int);
+template void forward<__half>(int, const fa::AttnShape&, const __half*, const __half*, const __half*, __half*, float*,
+                              int);
 template void forward<__nv_bfloat16>(int, const fa::AttnShape&, const __nv_bfloat16*, const __nv_bfloat16*,
-                                     const __nv_bfloat16*, __nv_bfloat16*, float*);
+                                     const __nv_bfloat16*, __nv_bfloat16*, float*, int);
 
 }  // namespace ch9

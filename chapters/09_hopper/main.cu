@@ -4,7 +4,9 @@
 //   make chapter9 && ./chapter9                                   kernel 3 (warp-specialized), bf16, D = 64
 //   ./chapter9 --kernel 1 --dtype fp16 --dim 128 --causal         one step of the ladder (1..6)
 //   ./chapter9 --ladder --bench --seq 8192 --batch 4 --heads 8 --dim 128
-//                                 every step, chapter 7's kernel 6 and the cuBLAS GEMM, in one run
+//                                 every step, chapter 7's kernel 6, the cuBLAS GEMM and wgmma rates
+//   ./chapter9 --sweep --seq 8192 --batch 2 --heads 16 --dim 128   time step 6's tile candidates
+//   ./chapter9 --kernel 6 --tiles 0                               step 6 with candidate 0
 //
 // Prints the device, the problem, the CPU mirror's error (chapter 7's low-precision baseline),
 // then per kernel its tiles and resources, the check of O and L against the float64 reference,
@@ -30,22 +32,26 @@ namespace {
 struct Options {
     std::string dtype = "bf16";
     int kernel = ch9::kSpecialized;
-    bool ladder = false, bench = false;
+    int tiles = -1;
+    bool ladder = false, sweep = false, bench = false;
 };
 
-/// One kernel to run: a chapter 9 variant, or chapter 7's tuned kernel 6 for comparison.
+/// One kernel to run: a chapter 9 variant (for step 6, a tile candidate; −1: the default), or
+/// chapter 7's tuned kernel 6 for comparison.
 struct Job {
-    int chapter, variant;
+    int chapter, variant, candidate;
 };
 
-std::vector<Job> jobs_of(const Options& o) {
+/// The kernels the options ask for, in order.
+std::vector<Job> jobs_of(const Options& o, int D) {
     std::vector<Job> jobs;
     if (o.ladder) {
-        jobs.push_back({7, ch7::kTuned});
-        for (int v = ch9::kFirstVariant; v <= ch9::kLastVariant; ++v) jobs.push_back({9, v});
-    } else {
-        jobs.push_back({9, o.kernel});
+        jobs.push_back({7, ch7::kTuned, -1});
+        for (int v = ch9::kFirstVariant; v <= ch9::kLastVariant; ++v) jobs.push_back({9, v, -1});
     }
+    if (o.sweep)
+        for (int c = 0; c < int(ch9::tuning_candidates(D).size()); ++c) jobs.push_back({9, ch9::kTuned, c});
+    if (jobs.empty()) jobs.push_back({9, o.kernel, o.tiles});
     return jobs;
 }
 
@@ -55,10 +61,10 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
     fa::AttnProblem p = fa::problem_from_args(cli, attn, run_args);
     fa::round_inputs_to<T>(p);
     const fa::AttnShape& s = p.shape;
-    const std::vector<Job> jobs = jobs_of(o);
+    const std::vector<Job> jobs = jobs_of(o, s.D);
     for (const Job& j : jobs) {
-        const std::string why =
-            j.chapter == 9 ? ch9::unsupported_reason(j.variant, s) : ch7::unsupported_reason(j.variant, s);
+        const std::string why = j.chapter == 9 ? ch9::unsupported_reason(j.variant, s, j.candidate)
+                                               : ch7::unsupported_reason(j.variant, s);
         if (!why.empty()) {
             std::fprintf(stderr, "chapter9: %s\n", why.c_str());
             return 2;
@@ -78,10 +84,10 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
         ch7::SummaryRow row;
         int Bc = 0, Br = 0;
         if (j.chapter == 9) {
-            const ch9::Tiles t = ch9::tiles(j.variant, s.D);
-            row.name = ch9::variant_name(j.variant);
+            const ch9::Tiles t = ch9::tiles(j.variant, s.D, j.candidate);
+            row.name = ch9::variant_name(j.variant) + (j.candidate >= 0 ? "-c" + std::to_string(j.candidate) : "");
             row.tiles = t.str();
-            row.res = ch9::kernel_resources<T>(j.variant, s.D);
+            row.res = ch9::kernel_resources<T>(j.variant, s.D, j.candidate);
             Bc = t.Bc, Br = t.Br;
         } else {
             const ch7::TileConfig t = ch7::tiles(j.variant, s.D);
@@ -96,7 +102,8 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
             {j.chapter, row.name, o.dtype, "fwd"}, label.c_str(), p, d, run_args, &timer,
             [&] {
                 if (j.chapter == 9)
-                    ch9::forward<T>(j.variant, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get());
+                    ch9::forward<T>(j.variant, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get(),
+                                    j.candidate);
                 else
                     ch7::forward<T>(j.variant, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get());
             },
@@ -106,12 +113,15 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
         rows.push_back(row);
     }
     if (!run_args.save_npy.empty()) fa::save_forward_npy(run_args.save_npy, p, d.O_host(), d.L_host());
-    double gemm = 0;
+    // the two ceilings --bench measures: the cuBLAS GEMM and wgmma alone, the instruction every
+    // step is built on (TF/s; 0 when not measured)
+    double gemm = 0, wgmma = 0;
     if (o.bench && !run_args.no_bench) {
         std::printf("\n");
         gemm = ch7::gemm_tflops<T>(timer, run_args.repeat);
+        wgmma = ch9::wgmma_tflops<T>(run_args.repeat);
     }
-    if (rows.size() > 1 || gemm > 0) ch7::print_summary(rows, {{"% of GEMM", gemm}}, 24, 48);
+    if (rows.size() > 1 || gemm > 0) ch7::print_summary(rows, {{"% of GEMM", gemm}, {"% of wgmma", wgmma}}, 24, 48);
     return fa::print_verdict(run_args, ok);
 }
 
@@ -129,15 +139,18 @@ int main(int argc, char** argv) {
     cli.option("--kernel", &o.kernel,
                "1 wgmma, 2 TMA ring, 3 warp-specialized, 4 pingpong, 5 intra-warpgroup overlap, 6 tuned (TMA store)",
                ch9::kFirstVariant, ch9::kLastVariant);
+    cli.option("--tiles", &o.tiles, "kernel 6: tile candidate (--sweep lists them); -1 = the default", -1, 63);
     cli.flag("--ladder", &o.ladder, "run chapter 7's kernel 6 and every kernel 1..6 and print a table");
-    cli.flag("--bench", &o.bench, "also time a cuBLAS GEMM (8192^3), for the % of GEMM column");
+    cli.flag("--sweep", &o.sweep, "run every tile candidate of kernel 6 and print a table");
+    cli.flag("--bench", &o.bench,
+             "also time a cuBLAS GEMM (8192^3) and wgmma alone, for the % of GEMM and % of wgmma columns");
     cli.parse(argc, argv);
     if (o.dtype != "fp16" && o.dtype != "bf16") {
         std::fprintf(stderr, "chapter9: error: --dtype must be fp16 or bf16 (got '%s')\n", o.dtype.c_str());
         return 2;
     }
     if (run_args.load_npy.empty()) {  // bad arguments first, before looking for a device
-        const std::string bad = ch9::unsupported_reason(o.kernel, fa::shape_from_args(attn));
+        const std::string bad = ch9::unsupported_reason(o.kernel, fa::shape_from_args(attn), o.tiles);
         if (!bad.empty()) {
             std::fprintf(stderr, "chapter9: %s\n", bad.c_str());
             return 2;

@@ -7,6 +7,7 @@
 
 #include "../../../common/host_device.h"
 #include "../../../common/tensor_core/hopper_layout.h"
+#include "../../07_tensor_cores/kernel/candidates.h"
 
 namespace ch9 {
 
@@ -120,5 +121,34 @@ struct HopperConfig {
     static_assert(Br == Bc, "HopperConfig: B_r = B_c, so no warpgroup ever skips a causal tile");
     static_assert(kTma ? Stages >= 2 : Stages == 1, "HopperConfig: TMA rings have >= 2 stages, step 1 one buffer");
 };
+
+/// The most dynamic shared memory a block may opt into on compute capability 9.0 (227 KB).
+constexpr int kSmemOptIn = 227 * 1024;
+
+/// Whether every configuration of a list fits kSmemOptIn.
+template <class... Cfgs>
+constexpr bool fits_smem(ch7::ConfigList<Cfgs...>) {
+    return ((Cfgs::kSmemBytes <= kSmemOptIn) && ...);
+}
+
+/// Step 6's tile candidates (./chapter9 --sweep times them all, --tiles C runs one), listed with
+/// chapter 7's ConfigList and Tuning. B_r = B_c = 128 and the two consumer warpgroups are fixed
+/// (the turns assume two, and B_c is the width of the S wgmma), so the candidates differ in the
+/// depth of the K/V ring. A stage holds K_j and V_j, 32 KB at D = 64 and 64 KB at D = 128, beside
+/// Q (16 or 32 KB): D = 128 fits 2 and 3 stages (4 would need 288 KB of tiles); D = 64 lists 2 to
+/// 4 (144 KB of tiles; 5 and 6 stages would fit too, and are left out to keep the build small).
+/// The 2-stage candidate is step 6 with step 5's ring, so set beside step 5 it isolates the TMA
+/// store of O. The default is 3 stages, what step 6 has used since it was written: no GPU has
+/// timed the other candidates yet.
+template <int D>
+struct Step6Tiles;
+template <>
+struct Step6Tiles<64> : ch7::Tuning<ch7::ConfigList<HopperConfig<6, 64, 2>, HopperConfig<6, 64, 3>,  //
+                                                    HopperConfig<6, 64, 4>>,
+                                    1> {};
+template <>
+struct Step6Tiles<128> : ch7::Tuning<ch7::ConfigList<HopperConfig<6, 128, 2>, HopperConfig<6, 128, 3>>, 1> {};
+static_assert(fits_smem(Step6Tiles<64>::List{}) && fits_smem(Step6Tiles<128>::List{}),
+              "Step6Tiles: every candidate must fit the 227 KB a block may opt into");
 
 }  // namespace ch9
