@@ -31,7 +31,7 @@ namespace {
 /// What to run, from the command line.
 struct Options {
     std::string dtype = "bf16";
-    int kernel = ch9::kSpecialized;
+    int kernel = ch9::kTuned;
     int tiles = -1;
     bool ladder = false, sweep = false, bench = false;
 };
