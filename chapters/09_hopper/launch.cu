@@ -10,7 +10,6 @@
 
 #include "../../common/check.h"
 #include "../../common/device.h"
-#include "../../common/dispatch.h"
 #include "../../common/dtype.h"
 #include "../../common/math.h"
 #include "chapter9.h"
@@ -32,6 +31,10 @@ KernelEntry entry_of() {
     using Cfg = HopperConfig<Step, D, Stages>;
     return {{Cfg::Br, Cfg::Bc, Cfg::kStages, Cfg::kThreads, Cfg::kSmemBytes}, hopper_forward_kernel<T, Cfg>};
 }
+
+/// The head dims the kernels are compiled for (chapter 7's HeadDimList: the one place a run-time D
+/// meets them).
+using HeadDims = ch7::HeadDimList<64, 128>;
 
 /// Step 6's candidates at head dim D, in the order of Step6Tiles<D>::List.
 template <class T, int D>
@@ -62,7 +65,7 @@ KernelEntry step_entry(int variant, int candidate) {
 
 template <class T>
 KernelEntry kernel_entry(int variant, int D, int candidate) {
-    return fa::with_head_dim<64, 128>(D, [&](auto d) { return step_entry<T, decltype(d)::value>(variant, candidate); });
+    return HeadDims::with(D, [&](auto d) { return step_entry<T, decltype(d)::value>(variant, candidate); });
 }
 
 /// cuTensorMapEncodeTiled from the driver, looked up once through the runtime.
@@ -120,15 +123,15 @@ Tiles tiles(int variant, int D, int candidate) { return kernel_entry<__half>(var
 
 std::vector<Tiles> tuning_candidates(int D) {
     std::vector<Tiles> out;
-    if (D != 64 && D != 128) return out;
+    if (!HeadDims::has(D)) return out;
     const std::vector<KernelEntry>* entries =
-        fa::with_head_dim<64, 128>(D, [](auto d) { return &step6_entries<__half, decltype(d)::value>(); });
+        HeadDims::with(D, [](auto d) { return &step6_entries<__half, decltype(d)::value>(); });
     for (const KernelEntry& e : *entries) out.push_back(e.tiles);
     return out;
 }
 
 int tuned_candidate(int D) {
-    return fa::with_head_dim<64, 128>(D, [](auto d) { return Step6Tiles<decltype(d)::value>::kDefault; });
+    return HeadDims::with(D, [](auto d) { return Step6Tiles<decltype(d)::value>::kDefault; });
 }
 
 std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidate) {
@@ -138,7 +141,7 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
                       kFirstVariant, kLastVariant);
         return buf;
     }
-    if (s.D != 64 && s.D != 128) {
+    if (!HeadDims::has(s.D)) {
         std::snprintf(buf, sizeof buf,
                       "head dim %d is not supported: the Hopper kernels of chapter 9 are compiled for D = 64 and D = 128",
                       s.D);
