@@ -1,7 +1,7 @@
 // Chapter 9 program: the FlashAttention forward on Hopper (wgmma, TMA, warp specialization),
 // fp16 or bf16, on a GPU of compute capability 9.0.
 //
-//   make chapter9 && ./chapter9                                   kernel 3 (warp-specialized), bf16, D = 64
+//   make chapter9 && ./chapter9                                   kernel 6 (tuned), bf16, D = 64
 //   ./chapter9 --kernel 1 --dtype fp16 --dim 128 --causal         one step of the ladder (1..6)
 //   ./chapter9 --ladder --bench --seq 8192 --batch 4 --heads 8 --dim 128
 //                                 every step, chapter 7's kernel 6, the cuBLAS GEMM and wgmma rates
