@@ -607,8 +607,9 @@ TEST_CASE("TMA store of O (step 6): 64 x 64 boxes staged in each consumer's own 
         CHECK(*covered.rbegin() == Br * D - 1);
     }
     // named barriers: __syncthreads' 0 and four distinct others of the 16
-    const std::set<int> ids{0, ch9::turn_barrier(0), ch9::turn_barrier(1), ch9::store_barrier(0), ch9::store_barrier(1)};
-    CHECK(ids.size() == 5);
+    const std::set<int> ids{0, ch9::turn_barrier(0), ch9::turn_barrier(1), ch9::store_barrier(0), ch9::store_barrier(1),
+                            ch9::store_barrier(2)};  // a third consumer's (no turns then)
+    CHECK(ids.size() == 6);
     CHECK(*ids.rbegin() < 16);
 }
 
@@ -643,31 +644,48 @@ TEST_CASE("step configurations: threads, tiles, shared memory within the H100's 
     CHECK(ch9::tiles(6, 128).smem_bytes == S6::kSmemBytes);
 }
 
-TEST_CASE("step 6's tile candidates: each fits 227 KB and says its tiles; the default is step 6's 3 stages, "
-          "candidate 0 step 5's 2", "[cpu][chapter9]") {
+TEST_CASE("step 6's tile candidates: each fits 227 KB and the register file, and says its tiles; "
+          "candidate 0 is step 5's ring", "[cpu][chapter9]") {
     STATIC_REQUIRE(ch9::fits_smem(ch9::Step6Tiles<64>::List{}));
     STATIC_REQUIRE(ch9::fits_smem(ch9::Step6Tiles<128>::List{}));
     STATIC_REQUIRE_FALSE(ch9::fits_smem(ch7::ConfigList<ch9::HopperConfig<6, 64, 2>, ch9::HopperConfig<6, 128, 4>>{}));
-    const std::map<int, std::vector<int>> stages_of{{64, {2, 3, 4}}, {128, {2, 3}}};
-    for (const auto& [D, stages] : stages_of) {
+    STATIC_REQUIRE_FALSE(ch9::fits_smem(ch7::ConfigList<ch9::HopperConfig<6, 128, 3, 3, false>>{}));
+    using Three = ch9::HopperConfig<6, 64, 3, 3, false>;
+    STATIC_REQUIRE(Three::Br == 192);
+    STATIC_REQUIRE(Three::kThreads == 512);
+    STATIC_REQUIRE_FALSE(Three::kPingpong);
+    STATIC_REQUIRE_FALSE(Three::kOverlap);
+    STATIC_REQUIRE(128 * (Three::kProducerRegs + 3 * Three::kConsumerRegs) == 64 * 1024);
+    STATIC_REQUIRE(Three::kConsumerRegs % 8 == 0 && Three::kProducerRegs % 8 == 0);  // setmaxnreg's unit
+    struct Expected {
+        int stages, consumers;
+        bool turns;
+    };
+    const std::map<int, std::vector<Expected>> expected{
+        {64, {{2, 2, true}, {3, 2, true}, {4, 2, true}, {3, 2, false}, {2, 3, false}, {3, 3, false}, {4, 3, false}}},
+        {128, {{2, 2, true}, {3, 2, true}, {3, 2, false}}}};
+    for (const auto& [D, want] : expected) {
         const std::vector<ch9::Tiles> c = ch9::tuning_candidates(D);
-        REQUIRE(c.size() == stages.size());
+        REQUIRE(c.size() == want.size());
         for (std::size_t i = 0; i < c.size(); ++i) {
             const ch9::Tiles& t = c[i];
             INFO("D " << D << " candidate " << i << ": " << t.str());
-            CHECK(t.stages == stages[i]);
-            CHECK(t.Br == 128);
+            CHECK(t.stages == want[i].stages);
+            CHECK(t.consumers == want[i].consumers);
+            CHECK(t.turns == want[i].turns);
+            CHECK(t.Br == 64 * t.consumers);
             CHECK(t.Bc == 128);
-            CHECK(t.threads == 384);
+            CHECK(t.threads == 128 * (t.consumers + 1));
             // Q, the ring of (K_j, V_j), the mbarriers (full and empty per stage, Q's), 1 KB of slack
-            CHECK(t.smem_bytes == 2 * (128 * D + t.stages * 2 * 128 * D) + 8 * (2 * t.stages + 1) + 1024);
+            CHECK(t.smem_bytes == 2 * (t.Br * D + t.stages * 2 * 128 * D) + 8 * (2 * t.stages + 1) + 1024);
             CHECK(t.smem_bytes <= ch9::kSmemOptIn);
-            CHECK(t.str() == "B_r x B_c = 128 x 128, " + std::to_string(t.stages) + " stages, 384 threads");
+            CHECK(t.str() == "B_r x B_c = " + std::to_string(t.Br) + " x 128, " + std::to_string(t.stages) +
+                                 " stages, " + std::to_string(t.consumers) + " consumers" +
+                                 (t.turns ? " in turns" : "") + ", " + std::to_string(t.threads) + " threads");
             CHECK(ch9::tiles(ch9::kTuned, D, int(i)).str() == t.str());
         }
-        CHECK(ch9::tiles(ch9::kTuned, D).stages == 3);
         CHECK(c.at(std::size_t(ch9::tuned_candidate(D))).str() == ch9::tiles(ch9::kTuned, D).str());
-        CHECK(c.front().stages == ch9::tiles(ch9::kOverlap, D).stages);  // the ablation against step 5
+        CHECK(c.front().str() == ch9::tiles(ch9::kOverlap, D).str());  // the ablation against step 5
         const fa::AttnShape s = fa::make_shape(1, 2, 100, D, true);
         CHECK(ch9::unsupported_reason(ch9::kTuned, s, int(c.size()) - 1).empty());
         CHECK_THAT(ch9::unsupported_reason(ch9::kTuned, s, int(c.size())), Catch::Contains("candidates"));

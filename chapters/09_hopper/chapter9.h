@@ -24,7 +24,7 @@ enum Variant : int {
     kSpecialized = 3,  ///< + producer warpgroup, consumer warpgroups, setmaxnreg
     kPingpong = 4,     ///< + the consumers take turns at the tensor cores (named barriers)
     kOverlap = 5,      ///< + the softmax under the warpgroup's own P̃·V (wgmma.wait_group 1)
-    kTuned = 6,        ///< + O by TMA store, 3 stages
+    kTuned = 6,        ///< + O by TMA store; stages, consumers and schedule tuned per head dim
 };
 constexpr int kFirstVariant = kWgmma;
 constexpr int kLastVariant = kTuned;
@@ -34,8 +34,11 @@ std::string variant_name(int variant);
 
 /// The tiles of a variant at head dim D.
 struct Tiles {
-    int Br, Bc, stages, threads, smem_bytes;
-    std::string str() const;  ///< "B_r x B_c = 128 x 128, 2 stages, 384 threads"
+    int Br, Bc, stages;
+    int consumers;  ///< consumer warpgroups (of 64 query rows each)
+    bool turns;     ///< whether they take turns at the tensor cores (steps 4–5) or run free
+    int threads, smem_bytes;
+    std::string str() const;  ///< "B_r x B_c = 128 x 128, 2 stages, 2 consumers in turns, 384 threads"
 };
 /// The tiles `variant` uses at head dim D; for step 6, candidate `candidate` of
 /// tuning_candidates(D) (−1: the default).

@@ -26,10 +26,10 @@ struct KernelEntry {
     void (*kernel)(ch7::FwdParams, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap);
 };
 
-template <class T, int Step, int D, int Stages>
+template <class T, class Cfg>
 KernelEntry entry_of() {
-    using Cfg = HopperConfig<Step, D, Stages>;
-    return {{Cfg::Br, Cfg::Bc, Cfg::kStages, Cfg::kThreads, Cfg::kSmemBytes}, hopper_forward_kernel<T, Cfg>};
+    return {{Cfg::Br, Cfg::Bc, Cfg::kStages, Cfg::kConsumers, Cfg::kPingpong, Cfg::kThreads, Cfg::kSmemBytes},
+            hopper_forward_kernel<T, Cfg>};
 }
 
 /// The head dims the kernels are compiled for (chapter 7's HeadDimList: the one place a run-time D
@@ -42,8 +42,7 @@ const std::vector<KernelEntry>& step6_entries() {
     static const std::vector<KernelEntry> entries = [] {
         std::vector<KernelEntry> v;
         ch7::for_each_config(typename Step6Tiles<D>::List{}, [&](auto cfg) {
-            using Cfg = decltype(cfg);
-            v.push_back(entry_of<T, Cfg::kStep, D, Cfg::kStages>());
+            v.push_back(entry_of<T, decltype(cfg)>());
         });
         return v;
     }();
@@ -53,11 +52,11 @@ const std::vector<KernelEntry>& step6_entries() {
 template <class T, int D>
 KernelEntry step_entry(int variant, int candidate) {
     switch (variant) {
-        case kWgmma: return entry_of<T, 1, D, 1>();
-        case kTma: return entry_of<T, 2, D, 2>();
-        case kSpecialized: return entry_of<T, 3, D, 2>();
-        case kPingpong: return entry_of<T, 4, D, 2>();
-        case kOverlap: return entry_of<T, 5, D, 2>();
+        case kWgmma: return entry_of<T, HopperConfig<1, D, 1>>();
+        case kTma: return entry_of<T, HopperConfig<2, D, 2>>();
+        case kSpecialized: return entry_of<T, HopperConfig<3, D, 2>>();
+        case kPingpong: return entry_of<T, HopperConfig<4, D, 2>>();
+        case kOverlap: return entry_of<T, HopperConfig<5, D, 2>>();
         default:  // step 6: a candidate of Step6Tiles
             return step6_entries<T, D>()[std::size_t(candidate >= 0 ? candidate : Step6Tiles<D>::kDefault)];
     }
@@ -113,9 +112,9 @@ std::string variant_name(int variant) {
 }
 
 std::string Tiles::str() const {
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "B_r x B_c = %d x %d, %d stage%s, %d threads", Br, Bc, stages,
-                  stages > 1 ? "s" : "", threads);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "B_r x B_c = %d x %d, %d stage%s, %d consumers%s, %d threads", Br, Bc, stages,
+                  stages > 1 ? "s" : "", consumers, turns ? " in turns" : "", threads);
     return buf;
 }
 

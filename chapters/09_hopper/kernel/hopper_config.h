@@ -80,26 +80,31 @@ FA_HOST_DEVICE constexpr int store_barrier(int wg) { return 3 + wg; }
 ///   5  intra-warpgroup overlap: a consumer waits for S alone (wgmma.wait_group 1) and runs the
 ///      softmax while its own P̃·V of the tile before is still on the tensor cores; O is rescaled
 ///      once that product is done
-///   6  tuned: O_i leaves through shared memory and a TMA store; 3 stages in the ring
-/// Every step: 2 consumer warpgroups of 64 query rows each (B_r = 128), B_c = 128 keys per tile,
-/// the exp2 online softmax of chapter 7 step 5 on the wgmma accumulators, causal blocks heaviest
-/// first.
-template <int Step, int D_, int Stages>
+///   6  tuned: O_i leaves through shared memory and a TMA store; the depth of the ring, the number
+///      of consumer warpgroups and whether they take turns (steps 4–5) or run free (step 3's loop)
+///      are the candidates of Step6Tiles
+/// Every step: consumer warpgroups of 64 query rows each (2 in steps 1–5: B_r = 128), B_c = 128
+/// keys per tile, the exp2 online softmax of chapter 7 step 5 on the wgmma accumulators, causal
+/// blocks heaviest first. `Consumers` = 3 (B_r = 192) is a step 6 candidate without turns.
+template <int Step, int D_, int Stages, int Consumers = 2, bool Turns = true>
 struct HopperConfig {
     static constexpr int kStep = Step;
     static constexpr int D = D_;
     static constexpr int Bc = 128;
     static constexpr int kStages = Stages;
-    static constexpr int kConsumers = 2;                 ///< consumer warpgroups
+    static constexpr int kConsumers = Consumers;         ///< consumer warpgroups
     static constexpr int Br = 64 * kConsumers;           ///< query rows of the block
     static constexpr bool kTma = Step >= 2;              ///< step 2: TMA into an mbarrier ring
     static constexpr bool kProducer = Step >= 3;         ///< step 3: a producer warpgroup
     static constexpr int kThreads = 128 * (kConsumers + (kProducer ? 1 : 0));
-    static constexpr bool kPingpong = Step >= 4;         ///< step 4: turns at the tensor cores
-    static constexpr bool kOverlap = Step >= 5;          ///< step 5: softmax under the own P̃·V
+    static constexpr bool kPingpong = Step >= 4 && Turns;  ///< step 4: turns at the tensor cores
+    static constexpr bool kOverlap = Step >= 5 && Turns;   ///< step 5: softmax under the own P̃·V
     static constexpr bool kTmaStore = Step >= 6;         ///< step 6: O by TMA store
-    static constexpr int kProducerRegs = 40;             ///< step 3: setmaxnreg of the producer
-    static constexpr int kConsumerRegs = 232;            ///< step 3: setmaxnreg of the consumers
+    /// Step 3: setmaxnreg of the producer and of each consumer. The register file holds 64 K
+    /// 32-bit registers per SM and the block has it alone (one block per SM): with two consumers
+    /// 40 + 2·232 per thread of a warpgroup, with three 32 + 3·160 (FA3's split).
+    static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 32;
+    static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 160;
 
     // What chapter 7's softmax, masking and packing (online_softmax.cuh, warp_tile.cuh) read: a
     // warp owns one 16-row m-tile of the warpgroup's 64 rows; the exp2 form of its step 5.
@@ -116,9 +121,16 @@ struct HopperConfig {
     static constexpr int kStageBytes = 2 * 2 * Bc * D;
 
     static_assert(Step >= 1 && Step <= 6, "HopperConfig: steps 1..6");
+    static_assert(kConsumers == 2 || kConsumers == 3, "HopperConfig: two or three consumer warpgroups");
+    static_assert(kConsumers == 2 || (Step == 6 && !Turns), "HopperConfig: three consumers are a step 6 candidate without turns");
+    static_assert(Turns || Step == 6, "HopperConfig: free-running consumers after step 3 are a step 6 candidate");
     static_assert(!kPingpong || kConsumers == 2, "HopperConfig: the turns alternate between two consumers");
+    static_assert(!kProducer || 128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 64 * 1024,
+                  "HopperConfig: setmaxnreg asks for more registers than the SM has");
     static_assert(D == 64 || D == 128, "HopperConfig: head dim 64 or 128");
-    static_assert(Br == Bc, "HopperConfig: B_r = B_c, so no warpgroup ever skips a causal tile");
+    // With B_r = 192 > B_c a warpgroup of a causal block may meet a tile whose keys all lie after
+    // its rows: mask_scores sets it to −∞, and the online softmax leaves m, l and O as they were
+    // (m is finite by then: tile 0, which every row sees first, holds key 0).
     static_assert(kTma ? Stages >= 2 : Stages == 1, "HopperConfig: TMA rings have >= 2 stages, step 1 one buffer");
 };
 
@@ -132,22 +144,31 @@ constexpr bool fits_smem(ch7::ConfigList<Cfgs...>) {
 }
 
 /// Step 6's tile candidates (./chapter9 --sweep times them all, --tiles C runs one), listed with
-/// chapter 7's ConfigList and Tuning. B_r = B_c = 128 and the two consumer warpgroups are fixed
-/// (the turns assume two, and B_c is the width of the S wgmma), so the candidates differ in the
-/// depth of the K/V ring. A stage holds K_j and V_j, 32 KB at D = 64 and 64 KB at D = 128, beside
-/// Q (16 or 32 KB): D = 128 fits 2 and 3 stages (4 would need 288 KB of tiles); D = 64 lists 2 to
-/// 4 (144 KB of tiles; 5 and 6 stages would fit too, and are left out to keep the build small).
-/// The 2-stage candidate is step 6 with step 5's ring, so set beside step 5 it isolates the TMA
-/// store of O. The default is 3 stages, what step 6 has used since it was written: no GPU has
-/// timed the other candidates yet.
+/// chapter 7's ConfigList and Tuning. B_c = 128 is fixed (the width of the S wgmma); they differ in
+///   - the depth of the K/V ring. A stage holds K_j and V_j, 32 KB at D = 64 and 64 KB at D = 128,
+///     beside Q (B_r × D × 2 bytes): with B_r = 128, D = 128 fits 2 and 3 stages (4 would need
+///     288 KB of tiles), D = 64 up to 6 (2 to 4 are listed, to keep the build small);
+///   - the schedule: turns with the intra-warpgroup overlap (steps 4–5), or consumers that run
+///     free as in step 3. At D = 64 the products of a tile take half the time they take at
+///     D = 128 while the softmax takes the same, so a turn may end before the other consumer's
+///     softmax does, and the turns can cost more than they hide;
+///   - two consumers (B_r = 128) or three (B_r = 192, 160 registers each, as FA3 runs D = 64):
+///     more query rows per K/V tile loaded, more warps to hide the softmax behind. Three run free
+///     (the turns are written for two), at D = 64 only: at D = 128 O (64 registers), S (64) and
+///     P̃ (32) leave too few of the 160 for the rest, and ptxas spills.
+/// Candidate 0 is step 6 with step 5's ring, so set beside step 5 it isolates the TMA store of O.
 template <int D>
 struct Step6Tiles;
 template <>
-struct Step6Tiles<64> : ch7::Tuning<ch7::ConfigList<HopperConfig<6, 64, 2>, HopperConfig<6, 64, 3>,  //
-                                                    HopperConfig<6, 64, 4>>,
-                                    1> {};
+struct Step6Tiles<64>
+    : ch7::Tuning<ch7::ConfigList<HopperConfig<6, 64, 2>, HopperConfig<6, 64, 3>, HopperConfig<6, 64, 4>,  //
+                                  HopperConfig<6, 64, 3, 2, false>, HopperConfig<6, 64, 2, 3, false>,      //
+                                  HopperConfig<6, 64, 3, 3, false>, HopperConfig<6, 64, 4, 3, false>>,
+                  1> {};
 template <>
-struct Step6Tiles<128> : ch7::Tuning<ch7::ConfigList<HopperConfig<6, 128, 2>, HopperConfig<6, 128, 3>>, 1> {};
+struct Step6Tiles<128> : ch7::Tuning<ch7::ConfigList<HopperConfig<6, 128, 2>, HopperConfig<6, 128, 3>,  //
+                                                     HopperConfig<6, 128, 3, 2, false>>,
+                                     1> {};
 static_assert(fits_smem(Step6Tiles<64>::List{}) && fits_smem(Step6Tiles<128>::List{}),
               "Step6Tiles: every candidate must fit the 227 KB a block may opt into");
 

@@ -18,9 +18,11 @@
 ///   5  overlap      inside a turn's warpgroup: wait for S alone (wgmma.wait_group 1), run the
 ///                   softmax while its own P̃·V of the tile before is still running, rescale O after
 ///   6  tuned        O_i staged in shared memory and stored by TMA (cp.async.bulk.tensor, bulk
-///                   group); 3 stages in the ring
+///                   group); the ring's depth, two or three consumers, turns or step 3's free
+///                   loop chosen per head dim (Step6Tiles)
 ///
-/// Who owns what: consumer warpgroup c owns query rows 64c..64c+63 of the block's B_r = 128; warp
+/// Who owns what: consumer warpgroup c owns query rows 64c..64c+63 of the block's B_r (128, or 192
+/// with three consumers); warp
 /// w of it rows 16w..16w+15, in the layout of chapter 7's mma.sync accumulators (hopper.cuh), so
 /// chapter 7's masking (mask_scores), online softmax (online_softmax, step 5's exp2 form),
 /// packing of P̃ (pack_p) and epilogue (store_rows) run unchanged on the wgmma accumulators.
