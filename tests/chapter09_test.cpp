@@ -639,7 +639,10 @@ TEST_CASE("step configurations: threads, tiles, shared memory within the H100's 
     STATIC_REQUIRE(S6d64::kSmemBytes <= 227 * 1024);
     STATIC_REQUIRE(ch9::kTurnThreads == 2 * 128);  // one consumer waiting, the other arriving
     CHECK(ch9::tiles(6, 128).stages == 3);
+    CHECK(ch9::tiles(6, 128).turns);
     CHECK(ch9::tiles(6, 64).stages == 3);
+    CHECK(ch9::tiles(6, 64).consumers == 3);  // the default at D = 64: B_r = 192, no turns
+    CHECK_FALSE(ch9::tiles(6, 64).turns);
     CHECK(ch9::tiles(4, 128).threads == 384);
     CHECK(ch9::tiles(6, 128).smem_bytes == S6::kSmemBytes);
 }

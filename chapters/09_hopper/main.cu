@@ -121,7 +121,7 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
         gemm = ch7::gemm_tflops<T>(timer, run_args.repeat);
         wgmma = ch9::wgmma_tflops<T>(run_args.repeat);
     }
-    if (rows.size() > 1 || gemm > 0) ch7::print_summary(rows, {{"% of GEMM", gemm}, {"% of wgmma", wgmma}}, 24, 48);
+    if (rows.size() > 1 || gemm > 0) ch7::print_summary(rows, {{"% of GEMM", gemm}, {"% of wgmma", wgmma}}, 24, 66);
     return fa::print_verdict(run_args, ok);
 }
 
