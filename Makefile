@@ -192,7 +192,7 @@ clean-exercises:
 # BENCH_TIMEOUT (seconds per run), BENCH_OUT=file; BENCH_DRY_RUN=1 prints the commands only.
 # Chapter 5 is always built: it writes each shape's inputs once for the other programs.
 PYTHON ?= python3
-BENCH_CHAPTERS ?= 3 4 5 6 7 8
+BENCH_CHAPTERS ?= 3 4 5 6 7 8 9
 BENCH_PROGRAMS = $(addprefix chapter,$(sort $(BENCH_CHAPTERS) 5))
 BENCH_GIVEN = $(foreach v,$(sort $(filter BENCH_%,$(.VARIABLES))),$(if $(filter command line environment,$(origin $(v))),$(v)='$($(v))'))
 BENCH_FLAGS = --chapters "$(BENCH_CHAPTERS)" $(if $(BENCH_D),--dims "$(BENCH_D)") \

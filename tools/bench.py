@@ -46,10 +46,12 @@ DEFAULT_TIMEOUT_S = 300
 class Run:
     """One program run per shape: `args` after the program, `repeat` timed repetitions. A run may
     append several rows (one per kernel it times). `max_seq` limits the sequence lengths, `dims`
-    lists the head dims the program takes (None: any)."""
+    lists the head dims the program takes (None: any), `needs_cc` the one compute capability its
+    kernels run on (None: any)."""
 
-    def __init__(self, chapter, label, args, repeat, max_seq=None, dims=None):
+    def __init__(self, chapter, label, args, repeat, max_seq=None, dims=None, needs_cc=None):
         self.chapter = chapter
+        self.needs_cc = needs_cc
         self.label = label
         self.args = list(args)
         self.repeat = repeat
@@ -64,7 +66,8 @@ class Run:
 # What the sweep runs, per chapter. `repeat` is small where one run is long (the readable
 # one-thread-per-row kernels). Chapter 6 with no --dq runs both dQ strategies and the naive
 # backward; chapter 7's --ladder runs kernels 1 to 6 on the same inputs, one row each; chapter 8's
-# --ladder runs its kernels 1 to 5 with both dQ strategies.
+# --ladder runs its kernels 1 to 5 with both dQ strategies; chapter 9's --ladder its steps 1 to 6
+# (the chapter 7 kernel it times beside them writes no row), on Hopper only (sm_90a code).
 RUNS = [
     Run(3, "kernel 1", ["--kernel", "1"], repeat=5),
     Run(3, "kernel 2", ["--kernel", "2"], repeat=10),
@@ -77,6 +80,8 @@ RUNS = [
     Run(7, "bf16 ladder", ["--dtype", "bf16", "--ladder"], repeat=10, dims=(32, 64, 96, 128, 256)),
     Run(8, "bf16 backward ladder", ["--dtype", "bf16", "--ladder"], repeat=10, dims=(64, 128)),
     Run(8, "fp16 backward", ["--dtype", "fp16"], repeat=10, dims=(64, 128)),
+    Run(9, "bf16 ladder", ["--dtype", "bf16", "--ladder"], repeat=10, dims=(64, 128), needs_cc="9.0"),
+    Run(9, "fp16 step 6", ["--dtype", "fp16", "--kernel", "6"], repeat=10, dims=(64, 128), needs_cc="9.0"),
 ]
 GPU_CHAPTERS = sorted({r.chapter for r in RUNS})
 
@@ -518,6 +523,20 @@ def dry_run(opts, jobs, notes):
     print("bench: dry run, nothing was run or written")
 
 
+def runnable_here(jobs, notes, cc):
+    """The jobs this GPU (compute capability `cc`) can run; a note names the chapters left out."""
+    left_out = sorted({j.run.chapter for j in jobs if j.run.needs_cc and j.run.needs_cc != cc})
+    if not left_out:
+        return jobs
+    notes.append("chapter %s left out: its kernels run on compute capability %s only, this GPU has %s"
+                 % (" ".join(map(str, left_out)),
+                    " / ".join(sorted({j.run.needs_cc for j in jobs if j.run.chapter in left_out})), cc))
+    kept = [j for j in jobs if j.run.chapter not in left_out]
+    if not kept:
+        raise SystemExit("bench: nothing this GPU can run: " + notes[-1])
+    return kept
+
+
 def sweep(opts, jobs, notes):
     programs = sorted({j.run.program for j in jobs} | ({"chapter%d" % INPUT_WRITER}
                                                        if not opts.no_shared_inputs else set()))
@@ -534,6 +553,7 @@ def sweep(opts, jobs, notes):
     device_line = next((l.strip() for l in program_output.splitlines() if l.startswith("device ")), "")
     print("bench: %s" % device_line)
     gpu = fill_from_program(gpu_description(), program_output)
+    jobs = runnable_here(jobs, notes, gpu.get("compute_cap", "unknown"))
     today = datetime.date.today().isoformat()
     csv_path = opts.out or default_output(gpu.get("name", "unknown-gpu"), today)
     os.makedirs(os.path.dirname(os.path.abspath(csv_path)), exist_ok=True)

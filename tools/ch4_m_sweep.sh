@@ -5,14 +5,14 @@
 # time and, when Nsight Compute is on the PATH, the bytes that really reached DRAM (dram__bytes.sum of
 # one launch; the L2 absorbs the rest).
 #
-#   make chapter4 && tools/ch4_m_sweep.sh                      B=2 H=16 N=4096 D=64, M from 8 to 192 KB
+#   make chapter4 && tools/ch4_m_sweep.sh                      B=8 H=12 N=1024 D=64, M from 8 to 192 KB
 #   tools/ch4_m_sweep.sh --seq 2048 --dim 128 -- 16 32 64      other shape, other M (KB) after --
 #
 # Options before -- go to ./chapter4 unchanged. M larger than the device's opt-in shared memory
 # per block is refused by the program, and the row says so.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-shape=(--batch 2 --heads 16 --seq 4096 --dim 64)
+shape=(--batch 8 --heads 12 --seq 1024 --dim 64)  # variant 1 runs one block per head: N = 4096 takes seconds per run at small M
 ms=(8 12 16 24 32 48 64 96 128 160 192)
 if [ $# -gt 0 ]; then
     shape=()

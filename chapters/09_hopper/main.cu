@@ -98,8 +98,10 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
         }
         const ch7::MirrorErrors* baseline = run_args.no_check ? nullptr : &ch7::mirror_baseline<T>(mirrors, p, Bc);
         const std::string label = ch7::kernel_label(row, s, fa::ceil_div(s.N, Br), dev.sm_count);
+        fa::RunArgs job_args = run_args;
+        if (j.chapter != 9) job_args.csv.clear();  // a same-run reference: ./chapter7 writes its rows
         const fa::ForwardOutcome out = fa::run_forward<T>(
-            {j.chapter, row.name, o.dtype, "fwd"}, label.c_str(), p, d, run_args, &timer,
+            {j.chapter, row.name, o.dtype, "fwd"}, label.c_str(), p, d, job_args, &timer,
             [&] {
                 if (j.chapter == 9)
                     ch9::forward<T>(j.variant, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get(),
