@@ -3,7 +3,9 @@
 //
 // [cpu]: the 128-byte swizzle (a bijection, TMA's address rule), the wgmma descriptor fields and
 // the k-step offsets, the TMA box parameters, the ring protocol of step 3 and the turns of steps
-// 4-6 in random interleavings, step 6's staging of O, the step configurations and step 6's tile
+// 4-6 in random interleavings, step 6's persistent grid (its order of work items; a block's items
+// in random interleavings: the ring over items, q_full/q_empty, the turns), step 6's staging of
+// O, the step configurations and step 6's tile
 // candidates, argument checks, and the CPU mirror at the chapter's B_c (chapter 7's, with B_c = 128).
 // [gpu][sm90] (compute capability 9.0 only; on another GPU tests/main.cpp skips them visibly): every step on N ∈ {1, 17, 113, 1023, 4097, 16384}, causal
 // and not, D = 64 and 128, bf16 and fp16, B·H > 1, with large scores, against the 2× rule with
@@ -11,6 +13,7 @@
 // same kind of grid; the wgmma peak's rate.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -201,7 +204,7 @@ std::string run_ring(int stages, int consumers, int tiles, std::uint32_t seed, R
     return "no end after 100000 steps";
 }
 
-// ---- the consumers' turns of steps 4–6, run on the CPU ------------------------------------------
+// ---- the consumers' turns of steps 4–6 and the items of a persistent block, run on the CPU -------
 // The schedule functions of hopper_config.h, as a table, so the checker below can be handed a
 // planted mistake.
 struct TurnSchedule {
@@ -215,59 +218,122 @@ struct TurnSchedule {
 const TurnSchedule kKernelTurns{ch9::turn_count, ch9::turn_s_tile, ch9::turn_pv_tile, ch9::opens_first_turn,
                                 ch9::hands_over, ch9::s_wait_depth};
 
-// One operation of a consumer warpgroup, in the order consume_in_turns runs them.
-enum class Op { kWaitFull, kSync, kIssueS, kIssuePv, kArrive, kWaitGroups, kSoftmax, kRescaleO, kRelease, kPack };
+// Step 6, persistent: how hopper_forward_kernel passes from one work item to the next, as a table
+// for the same reason.
+struct ItemProtocol {
+    std::uint32_t (*q_parity)(int n);  // the phase of q_full item n waits for (of q_empty: item n + 1)
+    bool wait_q_empty;                 // the producer waits on q_empty before the Q of item n >= 1
+    bool arrive_after_store;           // a consumer arrives on q_empty after its TMA store, not before
+    bool running_ring;                 // the ring's tile count runs on over the items (not from 0 again)
+    bool reopen_turns;                 // consumer 1 opens the turns at every item (not only the first)
+};
+const ItemProtocol kKernelItems{ch9::q_parity, true, true, true, true};
+
+// One operation of a consumer warpgroup (in the order consume_in_turns, or step 3's loop, then
+// store_o_tma run them) or of the producer.
+enum class Op {
+    kWaitQ, kWaitFull, kSync, kIssueS, kIssuePv, kArrive, kWaitGroups, kSoftmax, kRescaleO, kRelease, kPack,
+    kStageO, kStoreO, kWaitStore, kArriveQEmpty,  // step 6: O through the Q tile; q_empty
+    kLoadKv, kWaitQEmpty, kLoadQ                  // the producer's
+};
 struct Step {
     Op op;
-    int arg;  // tile, barrier id or the wait_group depth
+    int arg;       // tile (counted over the block's items), item, barrier id, parity or wait_group depth
+    int ring = 0;  // K/V operations: the ring index the code uses for the tile (its stage, parities)
 };
 
-// The program of consumer `wg` over Tc tiles: consume_in_turns's order (step 4: overlap false;
-// steps 5–6: true) with the schedule `ts`. Step 4's softmax rescales O itself (kSoftmax then
-// kRescaleO at once); step 5's rescale waits for the P̃·V.
-std::vector<Step> consumer_program(int wg, int Tc, bool overlap, const TurnSchedule& ts) {
-    std::vector<Step> prog;
-    if (ts.opens_first(wg)) prog.push_back({Op::kArrive, ch9::turn_barrier(1 - wg)});
-    for (int k = 0; k < ts.count(Tc); ++k) {
-        const int j = ts.s_tile(k, Tc), jp = ts.pv_tile(k);
-        if (j >= 0) prog.push_back({Op::kWaitFull, j});
-        prog.push_back({Op::kSync, ch9::turn_barrier(wg)});
-        if (j >= 0) prog.push_back({Op::kIssueS, j});
-        if (jp >= 0) prog.push_back({Op::kIssuePv, jp});
-        if (ts.hands_over(wg, k, Tc)) prog.push_back({Op::kArrive, ch9::turn_barrier(1 - wg)});
-        if (j < 0) {
-            prog.push_back({Op::kWaitGroups, 0});
-            if (jp >= 0) prog.push_back({Op::kRelease, jp});
-            continue;
+// The programs of one block over work items of Tcs[n] key tiles: each consumer's (turns: the
+// order of consume_in_turns with the schedule `ts`, step 4 with overlap false, steps 5–6 true;
+// no turns: step 3's loop, each product waited for at once) and the producer's, passing from item
+// to item as `ip` says. Step 4's softmax rescales O itself (kSoftmax then kRescaleO at once); step
+// 5's rescale waits for the P̃·V.
+struct Programs {
+    std::vector<std::vector<Step>> consumer;
+    std::vector<Step> producer;
+};
+Programs block_programs(int consumers, const std::vector<int>& Tcs, int stages, bool turns, bool overlap,
+                        const TurnSchedule& ts, const ItemProtocol& ip) {
+    Programs pr;
+    pr.consumer.resize(static_cast<std::size_t>(consumers));
+    int first = 0;  // the item's first tile, counted over the block's items
+    for (int n = 0; n < int(Tcs.size()); ++n) {
+        const int Tc = Tcs[static_cast<std::size_t>(n)], ring0 = ip.running_ring ? first : 0;
+        auto tile = [&](Op op, int j) { return Step{op, first + j, ring0 + j}; };
+        // the producer: from item 1 on, the first tiles of the item, then q_empty, then its Q
+        const int ahead = n > 0 ? std::min(stages, Tc) : 0;
+        for (int j = 0; j < ahead; ++j) pr.producer.push_back(tile(Op::kLoadKv, j));
+        if (n > 0 && ip.wait_q_empty) pr.producer.push_back({Op::kWaitQEmpty, int(ip.q_parity(n - 1))});
+        pr.producer.push_back({Op::kLoadQ, n});
+        for (int j = ahead; j < Tc; ++j) pr.producer.push_back(tile(Op::kLoadKv, j));
+        for (int wg = 0; wg < consumers; ++wg) {
+            std::vector<Step>& prog = pr.consumer[static_cast<std::size_t>(wg)];
+            prog.push_back({Op::kWaitQ, n});
+            if (!turns) {
+                for (int j = 0; j < Tc; ++j) {
+                    prog.push_back(tile(Op::kWaitFull, j));
+                    prog.push_back(tile(Op::kIssueS, j));
+                    prog.push_back({Op::kWaitGroups, 0});
+                    for (Op op : {Op::kSoftmax, Op::kRescaleO, Op::kPack, Op::kIssuePv}) prog.push_back(tile(op, j));
+                    prog.push_back({Op::kWaitGroups, 0});
+                    prog.push_back(tile(Op::kRelease, j));
+                }
+            } else {
+                if (ts.opens_first(wg) && (n == 0 || ip.reopen_turns))
+                    prog.push_back({Op::kArrive, ch9::turn_barrier(1 - wg)});
+                for (int k = 0; k < ts.count(Tc); ++k) {
+                    const int j = ts.s_tile(k, Tc), jp = ts.pv_tile(k);
+                    if (j >= 0) prog.push_back(tile(Op::kWaitFull, j));
+                    prog.push_back({Op::kSync, ch9::turn_barrier(wg)});
+                    if (j >= 0) prog.push_back(tile(Op::kIssueS, j));
+                    if (jp >= 0) prog.push_back(tile(Op::kIssuePv, jp));
+                    if (ts.hands_over(wg, k, Tc)) prog.push_back({Op::kArrive, ch9::turn_barrier(1 - wg)});
+                    if (j < 0) {
+                        prog.push_back({Op::kWaitGroups, 0});
+                        if (jp >= 0) prog.push_back(tile(Op::kRelease, jp));
+                        continue;
+                    }
+                    if (!overlap) {
+                        prog.push_back({Op::kWaitGroups, 0});
+                        if (jp >= 0) prog.push_back(tile(Op::kRelease, jp));
+                        prog.push_back(tile(Op::kSoftmax, j));
+                        prog.push_back(tile(Op::kRescaleO, j));
+                    } else {
+                        prog.push_back({Op::kWaitGroups, ts.s_wait_depth(true, jp >= 0)});
+                        prog.push_back(tile(Op::kSoftmax, j));
+                        prog.push_back({Op::kWaitGroups, 0});
+                        if (jp >= 0) prog.push_back(tile(Op::kRelease, jp));
+                        prog.push_back(tile(Op::kRescaleO, j));
+                    }
+                    prog.push_back(tile(Op::kPack, j));
+                }
+            }
+            // store_o_tma: O written over the warpgroup's rows of Q, the TMA store, its wait
+            prog.push_back({Op::kStageO, n});
+            prog.push_back({Op::kStoreO, n});
+            if (ip.arrive_after_store) prog.push_back({Op::kWaitStore, n});
+            prog.push_back({Op::kArriveQEmpty, n});
+            if (!ip.arrive_after_store) prog.push_back({Op::kWaitStore, n});
         }
-        if (!overlap) {
-            prog.push_back({Op::kWaitGroups, 0});
-            if (jp >= 0) prog.push_back({Op::kRelease, jp});
-            prog.push_back({Op::kSoftmax, j});
-            prog.push_back({Op::kRescaleO, j});
-        } else {
-            prog.push_back({Op::kWaitGroups, ts.s_wait_depth(true, jp >= 0)});
-            prog.push_back({Op::kSoftmax, j});
-            prog.push_back({Op::kWaitGroups, 0});
-            if (jp >= 0) prog.push_back({Op::kRelease, jp});
-            prog.push_back({Op::kRescaleO, j});
-        }
-        prog.push_back({Op::kPack, j});
+        first += Tc;
     }
-    return prog;
+    return pr;
 }
 
-// Runs one producer (step 3's, through the ring of ring_stage/full_parity/empty_parity) and two
-// consumers with the programs above in a random interleaving. The model: an mbarrier as in
-// run_ring; a named barrier completes when 256 threads (two warpgroups' worth) have arrived, by
-// bar.sync (which waits) or bar.arrive (which does not); each warpgroup's wgmma groups complete in
-// commit order, at random later moments. Returns what went wrong, or an empty string when: every
-// S is read only after its wgmma completed; O is rescaled and P̃ overwritten only when no P̃·V is
-// in flight; every P̃·V reads the P̃ of its tile; a buffer is released only after the products
-// reading it completed, and overwritten only after both consumers released it; the turns
-// alternate 0, 1, 0, 1, ... and never overlap; every tile's two products are issued; nothing
-// deadlocks and no arrival is left on a barrier at the end.
-std::string run_turns(int stages, int Tc, bool overlap, std::uint32_t seed, const TurnSchedule& ts) {
+// Runs the producer and the consumers of one block with the programs above in a random
+// interleaving. The model: an mbarrier as in run_ring (full, empty per stage; q_full completes
+// when Q's bytes land, q_empty when every consumer has arrived); a named barrier completes when
+// 256 threads (two warpgroups' worth) have arrived, by bar.sync (which waits) or bar.arrive
+// (which does not); each warpgroup's wgmma groups complete in commit order, the TMA's loads land
+// and its stores complete, all at random later moments. Returns what went wrong, or an empty
+// string when: every S reads the Q of its item, and a Q is loaded only when no consumer still
+// reads the last one or has O staged in its place; every S is read only after its wgmma
+// completed; O is rescaled and P̃ overwritten only when no P̃·V is in flight; every P̃·V reads the P̃
+// of its tile; a buffer is released only after the products reading it completed, and overwritten
+// only after every consumer released it; the turns alternate 0, 1, 0, 1, ... and never overlap
+// (over the items too); every tile's two products are issued and every item's O stored; nothing
+// deadlocks and no arrival is left on a named barrier at the end.
+std::string run_block(int stages, int consumers, const std::vector<int>& Tcs, bool turns, bool overlap,
+                      std::uint32_t seed, const TurnSchedule& ts, const ItemProtocol& ip) {
     struct Mbar {
         int completed = 0, arrivals = 0;
         bool passed(std::uint32_t p) const { return std::uint32_t(completed & 1) != p; }
@@ -280,17 +346,23 @@ std::string run_turns(int stages, int Tc, bool overlap, std::uint32_t seed, cons
         std::vector<Step> prog;
         std::size_t pc = 0;
         std::vector<Group> in_flight;  // committed wgmma groups, oldest first
-        int packed = -1, s_tile = -1, issued_pv = 0, sync_gen = -1;
-        bool s_read = true, in_turn = false;
+        int packed = -1, s_tile = -1, issued_pv = 0, sync_gen = -1, item = -1, stored = 0;
+        bool s_read = true, in_turn = false, uses_q = false, storing = false;
     };
     const auto sz = [](int i) { return static_cast<std::size_t>(i); };
+    int tiles = 0;
+    for (int Tc : Tcs) tiles += Tc;
+    const Programs pr = block_programs(consumers, Tcs, stages, turns, overlap, ts, ip);
     std::vector<Mbar> full(sz(stages)), empty(sz(stages));
-    std::vector<int> holds(sz(stages), -1), released(sz(Tc), 0), landing;
-    int produced = 0;
+    Mbar q_full, q_empty;
+    std::vector<int> holds(sz(stages), -1), released(sz(tiles), 0);
+    std::vector<Step> landing;  // K/V tiles (arg, ring) and Q tiles (kLoadQ, item) on their way
+    int q_holds = -1;           // the item whose Q is in the Q tile (−1: none, or one landing)
+    std::size_t ppc = 0;        // the producer's next operation
     int named_arrived[16] = {}, named_gen[16] = {};
     std::vector<int> turn_order;
-    Consumer c[2];
-    for (int wg = 0; wg < 2; ++wg) c[wg].prog = consumer_program(wg, Tc, overlap, ts);
+    std::vector<Consumer> c(sz(consumers));
+    for (int wg = 0; wg < consumers; ++wg) c[sz(wg)].prog = pr.consumer[sz(wg)];
     std::uint32_t rng = seed * 2654435761u + 7;
     auto random = [&](int n) { rng = rng * 1664525u + 1013904223u; return int((rng >> 8) % std::uint32_t(n)); };
     auto named_arrive = [&](int id) {
@@ -304,56 +376,94 @@ std::string run_turns(int stages, int Tc, bool overlap, std::uint32_t seed, cons
         for (const Group& g : x.in_flight) if (g.tile == t) return true;
         return false;
     };
-    for (int steps = 0; steps < 200000; ++steps) {
-        // moves: 0 producer, 1 + wg a consumer's next operation, 3 + wg a consumer's oldest group
-        // completes, 5 + k the TMA bytes of landing[k] arrive
-        std::vector<int> moves;
-        if (produced < Tc && (produced < stages || empty[sz(ch9::ring_stage(produced, stages))].passed(
-                                                       ch9::empty_parity(produced, stages))))
-            moves.push_back(0);
-        for (int wg = 0; wg < 2; ++wg) {
-            const Consumer& x = c[wg];
-            if (!x.in_flight.empty()) moves.push_back(3 + wg);
+    enum Kind { kProducer, kConsumer, kGroupDone, kStoreDone, kLands };
+    struct Move {
+        Kind kind;
+        int who;
+    };
+    for (int steps = 0; steps < 400000; ++steps) {
+        std::vector<Move> moves;
+        if (ppc < pr.producer.size()) {
+            const Step st = pr.producer[ppc];
+            bool ready = true;
+            if (st.op == Op::kLoadKv && st.ring >= stages)
+                ready = empty[sz(ch9::ring_stage(st.ring, stages))].passed(ch9::empty_parity(st.ring, stages));
+            else if (st.op == Op::kWaitQEmpty)
+                ready = q_empty.passed(std::uint32_t(st.arg));
+            if (ready) moves.push_back({kProducer, 0});
+        }
+        for (int wg = 0; wg < consumers; ++wg) {
+            const Consumer& x = c[sz(wg)];
+            if (!x.in_flight.empty()) moves.push_back({kGroupDone, wg});
+            if (x.storing) moves.push_back({kStoreDone, wg});
             if (x.pc == x.prog.size()) continue;
             const Step st = x.prog[x.pc];
             bool ready = true;
-            if (st.op == Op::kWaitFull)
-                ready = full[sz(ch9::ring_stage(st.arg, stages))].passed(ch9::full_parity(st.arg, stages));
+            if (st.op == Op::kWaitQ)
+                ready = q_full.passed(ip.q_parity(st.arg));
+            else if (st.op == Op::kWaitFull)
+                ready = full[sz(ch9::ring_stage(st.ring, stages))].passed(ch9::full_parity(st.ring, stages));
             else if (st.op == Op::kSync)
                 ready = x.sync_gen >= 0 && named_gen[st.arg] > x.sync_gen;
             else if (st.op == Op::kWaitGroups)
                 ready = int(x.in_flight.size()) <= st.arg;
-            if (ready || (st.op == Op::kSync && x.sync_gen < 0)) moves.push_back(1 + wg);
+            else if (st.op == Op::kWaitStore)
+                ready = !x.storing;
+            if (ready || (st.op == Op::kSync && x.sync_gen < 0)) moves.push_back({kConsumer, wg});
         }
-        for (std::size_t k = 0; k < landing.size(); ++k) moves.push_back(5 + int(k));
+        for (std::size_t k = 0; k < landing.size(); ++k) moves.push_back({kLands, int(k)});
         if (moves.empty()) {
-            for (int wg = 0; wg < 2; ++wg)
-                if (c[wg].pc < c[wg].prog.size())
-                    return "deadlock: consumer " + std::to_string(wg) + " stuck at operation " + std::to_string(c[wg].pc);
+            for (int wg = 0; wg < consumers; ++wg)
+                if (c[sz(wg)].pc < c[sz(wg)].prog.size())
+                    return "deadlock: consumer " + std::to_string(wg) + " stuck at operation " +
+                           std::to_string(c[sz(wg)].pc);
+            if (ppc < pr.producer.size()) return "deadlock: the producer waits";
             break;
         }
-        const int m = moves[sz(random(int(moves.size())))];
-        if (m == 0) {
-            const int s = ch9::ring_stage(produced, stages);
-            if (holds[sz(s)] >= 0 && released[sz(holds[sz(s)])] < 2)
-                return "tile " + std::to_string(produced) + " overwrites tile " + std::to_string(holds[sz(s)]) +
-                       " before both consumers released it";
-            landing.push_back(produced++);
-        } else if (m >= 5) {
-            const std::size_t k = sz(m - 5);
-            const int j = landing[k], s = ch9::ring_stage(j, stages);
-            holds[sz(s)] = j;
-            ++full[sz(s)].completed;
-            landing.erase(landing.begin() + std::ptrdiff_t(k));
-        } else if (m >= 3) {
-            c[m - 3].in_flight.erase(c[m - 3].in_flight.begin());
+        const Move m = moves[sz(random(int(moves.size())))];
+        if (m.kind == kProducer) {
+            const Step st = pr.producer[ppc++];
+            if (st.op == Op::kLoadKv) {
+                const int s = ch9::ring_stage(st.ring, stages);
+                if (holds[sz(s)] >= 0 && released[sz(holds[sz(s)])] < consumers)
+                    return "tile " + std::to_string(st.arg) + " overwrites tile " + std::to_string(holds[sz(s)]) +
+                           " before every consumer released it";
+                landing.push_back(st);
+            } else if (st.op == Op::kLoadQ) {
+                for (int wg = 0; wg < consumers; ++wg)
+                    if (c[sz(wg)].uses_q)
+                        return "the Q of item " + std::to_string(st.arg) + " overwrites the Q tile while consumer " +
+                               std::to_string(wg) + " still reads it or stores O from it (item " +
+                               std::to_string(c[sz(wg)].item) + ")";
+                q_holds = -1;
+                landing.push_back(st);
+            }
+        } else if (m.kind == kLands) {
+            const Step st = landing[sz(m.who)];
+            landing.erase(landing.begin() + std::ptrdiff_t(m.who));
+            if (st.op == Op::kLoadQ) {
+                q_holds = st.arg;
+                ++q_full.completed;
+            } else {
+                holds[sz(ch9::ring_stage(st.ring, stages))] = st.arg;
+                ++full[sz(ch9::ring_stage(st.ring, stages))].completed;
+            }
+        } else if (m.kind == kGroupDone) {
+            c[sz(m.who)].in_flight.erase(c[sz(m.who)].in_flight.begin());
+        } else if (m.kind == kStoreDone) {
+            Consumer& x = c[sz(m.who)];
+            x.storing = false, x.uses_q = false;
+            ++x.stored;
         } else {
-            const int wg = m - 1;
-            Consumer& x = c[wg];
+            const int wg = m.who;
+            Consumer& x = c[sz(wg)];
             const Step st = x.prog[x.pc];
             const std::string who = "consumer " + std::to_string(wg) + ", tile " + std::to_string(st.arg) + ": ";
             switch (st.op) {
-                case Op::kWaitFull: case Op::kWaitGroups: break;
+                case Op::kWaitFull: case Op::kWaitGroups: case Op::kWaitStore: break;
+                case Op::kWaitQ:
+                    x.item = st.arg, x.uses_q = true;
+                    break;
                 case Op::kSync:
                     if (x.sync_gen < 0) {  // arrives, then waits for the barrier to complete
                         x.sync_gen = named_gen[st.arg];
@@ -361,22 +471,25 @@ std::string run_turns(int stages, int Tc, bool overlap, std::uint32_t seed, cons
                         continue;
                     }
                     x.sync_gen = -1;
-                    if (c[1 - wg].in_turn) return who + "its turn began inside the other consumer's";
+                    if (c[sz(1 - wg)].in_turn) return who + "its turn began inside the other consumer's";
                     if (!turn_order.empty() && turn_order.back() == wg) return who + "two turns in a row";
                     turn_order.push_back(wg);
                     x.in_turn = true;
                     break;
                 case Op::kIssueS:
-                    if (!x.in_turn) return who + "S issued outside a turn";
-                    if (holds[sz(ch9::ring_stage(st.arg, stages))] != st.arg) return who + "K is not in its buffer";
+                    if (turns && !x.in_turn) return who + "S issued outside a turn";
+                    if (q_holds != x.item)
+                        return who + "S of item " + std::to_string(x.item) + " reads the Q tile holding item " +
+                               std::to_string(q_holds);
+                    if (holds[sz(ch9::ring_stage(st.ring, stages))] != st.arg) return who + "K is not in its buffer";
                     if (!x.s_read) return who + "S overwritten before the softmax read it";
                     x.in_flight.push_back({false, st.arg});
                     x.s_tile = st.arg, x.s_read = false;
                     break;
                 case Op::kIssuePv:
-                    if (!x.in_turn) return who + "P̃·V issued outside a turn";
+                    if (turns && !x.in_turn) return who + "P̃·V issued outside a turn";
                     if (x.packed != st.arg) return who + "P̃·V reads the P̃ of tile " + std::to_string(x.packed);
-                    if (holds[sz(ch9::ring_stage(st.arg, stages))] != st.arg) return who + "V is not in its buffer";
+                    if (holds[sz(ch9::ring_stage(st.ring, stages))] != st.arg) return who + "V is not in its buffer";
                     x.in_flight.push_back({true, st.arg});
                     ++x.issued_pv;
                     break;
@@ -397,28 +510,49 @@ std::string run_turns(int stages, int Tc, bool overlap, std::uint32_t seed, cons
                     x.in_turn = false;  // consumer 1's last turn ends without an arrival
                     if (reads_tile(x, st.arg)) return who + "buffer released while a wgmma reads it";
                     ++released[sz(st.arg)];
-                    if (++empty[sz(ch9::ring_stage(st.arg, stages))].arrivals == 2)
-                        empty[sz(ch9::ring_stage(st.arg, stages))].arrivals = 0,
-                        ++empty[sz(ch9::ring_stage(st.arg, stages))].completed;
+                    if (++empty[sz(ch9::ring_stage(st.ring, stages))].arrivals == consumers)
+                        empty[sz(ch9::ring_stage(st.ring, stages))].arrivals = 0,
+                        ++empty[sz(ch9::ring_stage(st.ring, stages))].completed;
                     break;
                 case Op::kPack:
                     if (in_flight_pv(x)) return who + "P̃ overwritten while a P̃·V reads it";
                     x.packed = st.arg;
                     break;
+                case Op::kStageO:
+                    if (!x.in_flight.empty()) return who + "O staged over Q while a wgmma is in flight";
+                    if (x.in_turn) return who + "the epilogue inside a turn";
+                    break;
+                case Op::kStoreO:
+                    x.storing = true;
+                    break;
+                case Op::kArriveQEmpty:
+                    if (++q_empty.arrivals == consumers) q_empty.arrivals = 0, ++q_empty.completed;
+                    break;
+                case Op::kLoadKv: case Op::kWaitQEmpty: case Op::kLoadQ: break;  // the producer's
             }
             ++x.pc;
         }
     }
-    for (int wg = 0; wg < 2; ++wg) {
-        if (c[wg].pc < c[wg].prog.size()) return "no end after 200000 moves";
-        if (c[wg].issued_pv != Tc) return "consumer " + std::to_string(wg) + " issued " + std::to_string(c[wg].issued_pv) +
-                                          " P̃·V products for " + std::to_string(Tc) + " tiles";
+    for (int wg = 0; wg < consumers; ++wg) {
+        const Consumer& x = c[sz(wg)];
+        if (x.pc < x.prog.size() || ppc < pr.producer.size()) return "no end after 400000 moves";
+        if (x.issued_pv != tiles)
+            return "consumer " + std::to_string(wg) + " issued " + std::to_string(x.issued_pv) + " P̃·V products for " +
+                   std::to_string(tiles) + " tiles";
+        if (x.stored != int(Tcs.size()))
+            return "consumer " + std::to_string(wg) + " stored O " + std::to_string(x.stored) + " times for " +
+                   std::to_string(Tcs.size()) + " items";
     }
-    for (int t = 0; t < Tc; ++t)
-        if (released[sz(t)] != 2) return "tile " + std::to_string(t) + " not released by both consumers";
+    for (int t = 0; t < tiles; ++t)
+        if (released[sz(t)] != consumers) return "tile " + std::to_string(t) + " not released by every consumer";
     for (int id = 0; id < 16; ++id)
         if (named_arrived[id] != 0) return "an arrival is left on named barrier " + std::to_string(id);
     return "";
+}
+
+// Steps 4–6 for one block of Alg. 1: two consumers in turns over T_c tiles.
+std::string run_turns(int stages, int Tc, bool overlap, std::uint32_t seed, const TurnSchedule& ts) {
+    return run_block(stages, 2, {Tc}, true, overlap, seed, ts, kKernelItems);
 }
 
 }  // namespace
@@ -584,6 +718,91 @@ TEST_CASE("pingpong and overlap (steps 4-6): every interleaving tried keeps the 
     }
 }
 
+TEST_CASE("persistent grid (step 6): the work items of every block cover each (query block, head, batch) once; "
+          "causal work never increases along the order", "[cpu][chapter9]") {
+    for (bool causal : {false, true})
+        for (int Tr : {1, 2, 5, 17})
+            for (int BH : {1, 3, 8}) {
+                const int items = Tr * BH;
+                for (int sms : {1, 4, 132}) {
+                    const int blocks = ch9::persistent_blocks(sms, items);
+                    INFO("causal " << causal << " T_r " << Tr << " B·H " << BH << " SMs " << sms);
+                    CHECK(blocks == std::min(sms, items));
+                    std::map<std::pair<int, int>, int> seen;  // (q_block, bh) -> times
+                    for (int b = 0; b < blocks; ++b)
+                        for (int w = b; w < items; w += blocks) {  // hopper_forward_kernel's loop
+                            const ch9::WorkItem it = ch9::work_item(w, Tr, BH, causal);
+                            CHECK((it.q_block >= 0 && it.q_block < Tr && it.bh >= 0 && it.bh < BH));
+                            ++seen[{it.q_block, it.bh}];
+                        }
+                    CHECK(int(seen.size()) == items);
+                    for (const auto& kv : seen) CHECK(kv.second == 1);
+                }
+                if (causal)  // the key tiles of item w (T_c grows with q_block) never grow with w
+                    for (int w = 1; w < items; ++w)
+                        CHECK(ch9::work_item(w, Tr, BH, true).q_block <= ch9::work_item(w - 1, Tr, BH, true).q_block);
+            }
+    STATIC_REQUIRE(ch9::work_item(0, 4, 3, true).q_block == 3);  // the heaviest first
+    STATIC_REQUIRE(ch9::work_item(3, 4, 3, true).q_block == 2);  // after every head's last block
+    STATIC_REQUIRE(ch9::work_item(1, 4, 3, false).q_block == 1);  // a head's blocks side by side
+    STATIC_REQUIRE(ch9::q_parity(0) == 0 && ch9::q_parity(1) == 1 && ch9::q_parity(2) == 0);
+}
+
+TEST_CASE("persistent block (step 6): over items of different T_c the ring runs on, Q is reloaded only after "
+          "every consumer read it and stored O from it, the turns balance per item; no deadlock; planted "
+          "mistakes are caught", "[cpu][chapter9]") {
+    const std::vector<std::vector<int>> blocks{{1}, {3, 1}, {4, 2, 1}, {2, 5, 1, 3}, {1, 1, 1, 1}, {7, 7}};
+    struct Schedule {
+        int consumers;
+        bool turns, overlap;
+    };
+    const Schedule schedules[] = {{2, true, false}, {2, true, true}, {2, false, false}, {3, false, false}};
+    for (const Schedule& sc : schedules)
+        for (int stages : {2, 3})
+            for (const std::vector<int>& Tcs : blocks)
+                for (std::uint32_t seed = 0; seed < 60; ++seed) {
+                    const std::string what =
+                        run_block(stages, sc.consumers, Tcs, sc.turns, sc.overlap, seed, kKernelTurns, kKernelItems);
+                    INFO("consumers " << sc.consumers << (sc.turns ? " in turns" : "") << " overlap " << sc.overlap
+                                      << " stages " << stages << " items " << Tcs.size() << " seed " << seed << ": "
+                                      << what);
+                    REQUIRE(what.empty());
+                }
+    // Planted mistakes, each must make the checker fail in some interleaving: the producer loads
+    // the next Q without waiting on q_empty; consumers arrive on q_empty before their TMA store
+    // has read O; every item waits for q_full's first phase; the ring counts from 0 at each item;
+    // consumer 1 opens the turns at the first item only.
+    ItemProtocol no_wait = kKernelItems;
+    no_wait.wait_q_empty = false;
+    ItemProtocol early_arrive = kKernelItems;
+    early_arrive.arrive_after_store = false;
+    ItemProtocol stale_q = kKernelItems;
+    stale_q.q_parity = [](int) { return 0u; };
+    ItemProtocol ring_reset = kKernelItems;
+    ring_reset.running_ring = false;
+    ItemProtocol open_once = kKernelItems;
+    open_once.reopen_turns = false;
+    struct Planted {
+        const char* what;
+        const ItemProtocol* ip;
+        Schedule sc;
+    };
+    for (const Planted& bad : {Planted{"no wait on q_empty", &no_wait, {2, true, true}},
+                               Planted{"no wait on q_empty, 3 consumers", &no_wait, {3, false, false}},
+                               Planted{"q_empty arrival before the store", &early_arrive, {3, false, false}},
+                               Planted{"q_full's parity never alternates", &stale_q, {2, true, true}},
+                               Planted{"the ring restarts at each item", &ring_reset, {2, false, false}},
+                               Planted{"consumer 1 opens only the first item", &open_once, {2, true, false}}}) {
+        bool caught = false;
+        for (std::uint32_t seed = 0; seed < 300 && !caught; ++seed)
+            caught = !run_block(2, bad.sc.consumers, {3, 2, 1}, bad.sc.turns, bad.sc.overlap, seed, kKernelTurns,
+                                *bad.ip)
+                          .empty();
+        INFO(bad.what);
+        CHECK(caught);
+    }
+}
+
 TEST_CASE("TMA store of O (step 6): 64 x 64 boxes staged in each consumer's own rows of the Q tile, where its S "
           "product read Q", "[cpu][chapter9]") {
     const TmaBox b = tma_box(6, 1023, 128, ch9::kOBoxRows);
@@ -648,7 +867,7 @@ TEST_CASE("step configurations: threads, tiles, shared memory within the H100's 
 }
 
 TEST_CASE("step 6's tile candidates: each fits 227 KB and the register file, and says its tiles; "
-          "candidate 0 is step 5's ring", "[cpu][chapter9]") {
+          "candidate 0 is step 5's ring; the persistent ones are the defaults' schedules", "[cpu][chapter9]") {
     STATIC_REQUIRE(ch9::fits_smem(ch9::Step6Tiles<64>::List{}));
     STATIC_REQUIRE(ch9::fits_smem(ch9::Step6Tiles<128>::List{}));
     STATIC_REQUIRE_FALSE(ch9::fits_smem(ch7::ConfigList<ch9::HopperConfig<6, 64, 2>, ch9::HopperConfig<6, 128, 4>>{}));
@@ -660,13 +879,19 @@ TEST_CASE("step 6's tile candidates: each fits 227 KB and the register file, and
     STATIC_REQUIRE_FALSE(Three::kOverlap);
     STATIC_REQUIRE(128 * (Three::kProducerRegs + 3 * Three::kConsumerRegs) == 64 * 1024);
     STATIC_REQUIRE(Three::kConsumerRegs % 8 == 0 && Three::kProducerRegs % 8 == 0);  // setmaxnreg's unit
+    using Persistent = ch9::HopperConfig<6, 128, 3, 2, true, true>;
+    STATIC_REQUIRE(Persistent::kPersistent && Persistent::kPingpong && Persistent::kOverlap);
+    STATIC_REQUIRE(Persistent::kBarriers == ch9::HopperConfig<6, 128, 3>::kBarriers + 1);  // q_empty
+    STATIC_REQUIRE_FALSE(ch9::HopperConfig<6, 128, 3>::kPersistent);
     struct Expected {
         int stages, consumers;
-        bool turns;
+        bool turns, persistent = false;
     };
     const std::map<int, std::vector<Expected>> expected{
-        {64, {{2, 2, true}, {3, 2, true}, {4, 2, true}, {3, 2, false}, {2, 3, false}, {3, 3, false}, {4, 3, false}}},
-        {128, {{2, 2, true}, {3, 2, true}, {3, 2, false}}}};
+        {64,
+         {{2, 2, true}, {3, 2, true}, {4, 2, true}, {3, 2, false}, {2, 3, false}, {3, 3, false}, {4, 3, false},
+          {3, 3, false, true}}},
+        {128, {{2, 2, true}, {3, 2, true}, {3, 2, false}, {3, 2, true, true}}}};
     for (const auto& [D, want] : expected) {
         const std::vector<ch9::Tiles> c = ch9::tuning_candidates(D);
         REQUIRE(c.size() == want.size());
@@ -676,19 +901,28 @@ TEST_CASE("step 6's tile candidates: each fits 227 KB and the register file, and
             CHECK(t.stages == want[i].stages);
             CHECK(t.consumers == want[i].consumers);
             CHECK(t.turns == want[i].turns);
+            CHECK(t.persistent == want[i].persistent);
             CHECK(t.Br == 64 * t.consumers);
             CHECK(t.Bc == 128);
             CHECK(t.threads == 128 * (t.consumers + 1));
-            // Q, the ring of (K_j, V_j), the mbarriers (full and empty per stage, Q's), 1 KB of slack
-            CHECK(t.smem_bytes == 2 * (t.Br * D + t.stages * 2 * 128 * D) + 8 * (2 * t.stages + 1) + 1024);
+            // Q, the ring of (K_j, V_j), the mbarriers (full and empty per stage, q_full, and q_empty
+            // when persistent), 1 KB of slack
+            CHECK(t.smem_bytes ==
+                  2 * (t.Br * D + t.stages * 2 * 128 * D) + 8 * (2 * t.stages + 1 + (t.persistent ? 1 : 0)) + 1024);
             CHECK(t.smem_bytes <= ch9::kSmemOptIn);
             CHECK(t.str() == "B_r x B_c = " + std::to_string(t.Br) + " x 128, " + std::to_string(t.stages) +
                                  " stages, " + std::to_string(t.consumers) + " consumers" +
-                                 (t.turns ? " in turns" : "") + ", " + std::to_string(t.threads) + " threads");
+                                 (t.turns ? " in turns" : "") + (t.persistent ? ", persistent" : "") + ", " +
+                                 std::to_string(t.threads) + " threads");
             CHECK(ch9::tiles(ch9::kTuned, D, int(i)).str() == t.str());
         }
         CHECK(c.at(std::size_t(ch9::tuned_candidate(D))).str() == ch9::tiles(ch9::kTuned, D).str());
         CHECK(c.front().str() == ch9::tiles(ch9::kOverlap, D).str());  // the ablation against step 5
+        // the last candidate: the default's schedule on a persistent grid (the two set side by side)
+        const ch9::Tiles& dflt = c.at(std::size_t(ch9::tuned_candidate(D)));
+        CHECK(c.back().persistent);
+        CHECK_FALSE(dflt.persistent);
+        CHECK((c.back().stages == dflt.stages && c.back().consumers == dflt.consumers && c.back().turns == dflt.turns));
         const fa::AttnShape s = fa::make_shape(1, 2, 100, D, true);
         CHECK(ch9::unsupported_reason(ch9::kTuned, s, int(c.size()) - 1).empty());
         CHECK_THAT(ch9::unsupported_reason(ch9::kTuned, s, int(c.size())), Catch::Contains("candidates"));

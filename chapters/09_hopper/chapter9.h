@@ -36,9 +36,12 @@ std::string variant_name(int variant);
 struct Tiles {
     int Br, Bc, stages;
     int consumers;  ///< consumer warpgroups (of 64 query rows each)
-    bool turns;     ///< whether they take turns at the tensor cores (steps 4–5) or run free
+    bool turns;       ///< whether they take turns at the tensor cores (steps 4–5) or run free
+    bool persistent;  ///< step 6: a block per SM looping over the work items, or a block per item
     int threads, smem_bytes;
-    std::string str() const;  ///< "B_r x B_c = 128 x 128, 2 stages, 2 consumers in turns, 384 threads"
+    /// "B_r x B_c = 128 x 128, 2 stages, 2 consumers in turns, 384 threads" (", persistent" before
+    /// the threads when it is)
+    std::string str() const;
 };
 /// The tiles `variant` uses at head dim D; for step 6, candidate `candidate` of
 /// tuning_candidates(D) (−1: the default).

@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -23,12 +24,13 @@ namespace {
 /// One compiled kernel and what it needs.
 struct KernelEntry {
     Tiles tiles;
-    void (*kernel)(ch7::FwdParams, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap);
+    void (*kernel)(ch7::FwdParams, int, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap);
 };
 
 template <class T, class Cfg>
 KernelEntry entry_of() {
-    return {{Cfg::Br, Cfg::Bc, Cfg::kStages, Cfg::kConsumers, Cfg::kPingpong, Cfg::kThreads, Cfg::kSmemBytes},
+    return {{Cfg::Br, Cfg::Bc, Cfg::kStages, Cfg::kConsumers, Cfg::kPingpong, Cfg::kPersistent, Cfg::kThreads,
+             Cfg::kSmemBytes},
             hopper_forward_kernel<T, Cfg>};
 }
 
@@ -65,6 +67,26 @@ KernelEntry step_entry(int variant, int candidate) {
 template <class T>
 KernelEntry kernel_entry(int variant, int D, int candidate) {
     return HeadDims::with(D, [&](auto d) { return step_entry<T, decltype(d)::value>(variant, candidate); });
+}
+
+/// SMs of the device current at the first call, read once (a persistent grid has a block per SM).
+int sm_count() {
+    static const int n = [] {
+        int device = 0, sms = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        return sms;
+    }();
+    return n;
+}
+
+/// The grid: a block per work item, (T_r, H, B); step 6, persistent: a block per SM, at most one
+/// per item (hopper_config.h, persistent_blocks).
+dim3 grid_of(const Tiles& t, const fa::AttnShape& s) {
+    const int Tr = fa::ceil_div(s.N, t.Br);
+    if (!t.persistent) return dim3(unsigned(Tr), unsigned(s.H), unsigned(s.B));
+    const std::int64_t items = std::int64_t(Tr) * s.B * s.H;  // < 2^31: Q alone would need 2^38 rows
+    return dim3(unsigned(persistent_blocks(sm_count(), int(items))));
 }
 
 /// cuTensorMapEncodeTiled from the driver, looked up once through the runtime.
@@ -113,8 +135,9 @@ std::string variant_name(int variant) {
 
 std::string Tiles::str() const {
     char buf[160];
-    std::snprintf(buf, sizeof buf, "B_r x B_c = %d x %d, %d stage%s, %d consumers%s, %d threads", Br, Bc, stages,
-                  stages > 1 ? "s" : "", consumers, turns ? " in turns" : "", threads);
+    std::snprintf(buf, sizeof buf, "B_r x B_c = %d x %d, %d stage%s, %d consumers%s%s, %d threads", Br, Bc, stages,
+                  stages > 1 ? "s" : "", consumers, turns ? " in turns" : "", persistent ? ", persistent" : "",
+                  threads);
     return buf;
 }
 
@@ -193,8 +216,8 @@ void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const 
     fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.tiles.smem_bytes), "chapter 9 kernel");
     const CUtensorMap mq = tensor_map(Q, s, e.tiles.Br), mk = tensor_map(K, s, e.tiles.Bc),
                       mv = tensor_map(V, s, e.tiles.Bc), mo = tensor_map(O, s, kOBoxRows);
-    const dim3 grid(unsigned(fa::ceil_div(s.N, e.tiles.Br)), unsigned(s.H), unsigned(s.B));
-    e.kernel<<<grid, e.tiles.threads, e.tiles.smem_bytes>>>(ch7::make_params(s, Q, K, V, O, L), mq, mk, mv, mo);
+    e.kernel<<<grid_of(e.tiles, s), e.tiles.threads, e.tiles.smem_bytes>>>(ch7::make_params(s, Q, K, V, O, L),
+                                                                            s.B * s.H, mq, mk, mv, mo);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -67,6 +67,32 @@ FA_HOST_DEVICE constexpr int o_stage_offset(int wg, int b, int Br) {
 /// Hardware barrier consumer `wg` meets on (128 threads, its own) before its O tile is stored.
 FA_HOST_DEVICE constexpr int store_barrier(int wg) { return 3 + wg; }
 
+// ---- step 6, persistent: one block per SM loops over the work items -------------------------
+// A work item is one block of Alg. 1 (a query block i of one head of one batch): T_r · B·H items.
+// A persistent grid has min(#SMs, items) blocks; block b runs items w = b, b + gridDim.x, ...
+// Two gains over a block per item: the next item's Q and first K_j, V_j load while the consumers
+// still compute the last products of the current item and store its O (the producer runs ahead);
+// and the last wave no longer leaves SMs idle behind a few long causal blocks (the tail), since
+// the blocks take the heaviest items first and the light ones fill in at the end.
+
+/// One work item: the query block i (rows B_r·i ..) and the (batch, head) index b·H + h.
+struct WorkItem {
+    int q_block, bh;
+};
+/// Item w of T_r · BH. Causal: q_block-major, the last query blocks (T_r − 1, the most key tiles)
+/// of every head first, so work never increases along w. Not causal: every item costs the same;
+/// the query blocks of one head are neighbours, so blocks running at the same time share its K, V
+/// in L2 (the order of the grid of steps 1–6).
+FA_HOST_DEVICE constexpr WorkItem work_item(int w, int Tr, int BH, bool causal) {
+    return causal ? WorkItem{Tr - 1 - w / BH, w % BH} : WorkItem{w % Tr, w / Tr};
+}
+/// Blocks of a persistent grid: one per SM, never more than there are items.
+FA_HOST_DEVICE constexpr int persistent_blocks(int sm_count, int items) { return sm_count < items ? sm_count : items; }
+/// The parity of the phase of q_full that item n of a block (its n-th, from 0) completes: the Q
+/// tile is loaded once per item. The producer waits for the phase of q_empty that the consumers
+/// complete after item n − 1, parity q_parity(n − 1), before it loads item n's Q.
+FA_HOST_DEVICE constexpr std::uint32_t q_parity(int n) { return std::uint32_t(n & 1); }
+
 /// One Hopper kernel. `Step` switches the features on cumulatively:
 ///   1  wgmma: S = Q·Kᵀ with both operands in shared memory (descriptors, 128-byte swizzle),
 ///      O += P̃·V with P̃ from registers; tiles loaded by every thread with cp.async
@@ -86,7 +112,8 @@ FA_HOST_DEVICE constexpr int store_barrier(int wg) { return 3 + wg; }
 /// Every step: consumer warpgroups of 64 query rows each (2 in steps 1–5: B_r = 128), B_c = 128
 /// keys per tile, the exp2 online softmax of chapter 7 step 5 on the wgmma accumulators, causal
 /// blocks heaviest first. `Consumers` = 3 (B_r = 192) is a step 6 candidate without turns.
-template <int Step, int D_, int Stages, int Consumers = 2, bool Turns = true>
+/// `Persistent` (step 6 candidates): a block per SM loops over the work items (work_item above).
+template <int Step, int D_, int Stages, int Consumers = 2, bool Turns = true, bool Persistent = false>
 struct HopperConfig {
     static constexpr int kStep = Step;
     static constexpr int D = D_;
@@ -100,6 +127,7 @@ struct HopperConfig {
     static constexpr bool kPingpong = Step >= 4 && Turns;  ///< step 4: turns at the tensor cores
     static constexpr bool kOverlap = Step >= 5 && Turns;   ///< step 5: softmax under the own P̃·V
     static constexpr bool kTmaStore = Step >= 6;         ///< step 6: O by TMA store
+    static constexpr bool kPersistent = Persistent;      ///< step 6: a block per SM, looping over items
     /// Step 3: setmaxnreg of the producer and of each consumer. The register file holds 64 K
     /// 32-bit registers per SM and the block has it alone (one block per SM): with two consumers
     /// 40 + 2·232 per thread of a warpgroup, with three 32 + 3·160 (FA3's split).
@@ -112,10 +140,11 @@ struct HopperConfig {
     static constexpr bool kExp2 = true;
 
     /// Bytes of shared memory: Q (B_r × D), `Stages` pairs (K_j, V_j) of B_c × D, 16-bit, stored
-    /// as [rows][64] swizzle blocks; then the mbarriers (full and empty per stage, one for Q);
-    /// then slack to align the tiles to 1024 bytes (dynamic shared memory is only 16-byte aligned).
+    /// as [rows][64] swizzle blocks; then the mbarriers (full and empty per stage, q_full for Q,
+    /// and when persistent q_empty); then slack to align the tiles to 1024 bytes (dynamic shared
+    /// memory is only 16-byte aligned).
     static constexpr int kTileBytes = 2 * (Br * D + Stages * 2 * Bc * D);
-    static constexpr int kBarriers = 2 * Stages + 1;
+    static constexpr int kBarriers = 2 * Stages + 1 + (Persistent ? 1 : 0);
     static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + tc::hopper::kAtomBytes;
     /// Bytes TMA brings per stage (K_j and V_j).
     static constexpr int kStageBytes = 2 * 2 * Bc * D;
@@ -124,6 +153,7 @@ struct HopperConfig {
     static_assert(kConsumers == 2 || kConsumers == 3, "HopperConfig: two or three consumer warpgroups");
     static_assert(kConsumers == 2 || (Step == 6 && !Turns), "HopperConfig: three consumers are a step 6 candidate without turns");
     static_assert(Turns || Step == 6, "HopperConfig: free-running consumers after step 3 are a step 6 candidate");
+    static_assert(!Persistent || Step == 6, "HopperConfig: a persistent grid is a step 6 candidate");
     static_assert(!kPingpong || kConsumers == 2, "HopperConfig: the turns alternate between two consumers");
     static_assert(!kProducer || 128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 64 * 1024,
                   "HopperConfig: setmaxnreg asks for more registers than the SM has");
@@ -155,7 +185,9 @@ constexpr bool fits_smem(ch7::ConfigList<Cfgs...>) {
 ///   - two consumers (B_r = 128) or three (B_r = 192, 160 registers each, as FA3 runs D = 64):
 ///     more query rows per K/V tile loaded, more warps to hide the softmax behind. Three run free
 ///     (the turns are written for two), at D = 64 only: at D = 128 O (64 registers), S (64) and
-///     P̃ (32) leave too few of the 160 for the rest, and ptxas spills.
+///     P̃ (32) leave too few of the 160 for the rest, and ptxas spills;
+///   - a block per work item, or a persistent grid (the last candidate of each list: the
+///     default's schedule with a block per SM looping over the items, work_item).
 /// Candidate 0 is step 6 with step 5's ring, so set beside step 5 it isolates the TMA store of O.
 /// The defaults are the fastest of `./chapter9 --sweep` at N = 8192, causal and not, on an H200
 /// (README, "Step 6"): at D = 128 3 stages in turns; at D = 64 three consumers without turns,
@@ -166,11 +198,13 @@ template <>
 struct Step6Tiles<64>
     : ch7::Tuning<ch7::ConfigList<HopperConfig<6, 64, 2>, HopperConfig<6, 64, 3>, HopperConfig<6, 64, 4>,  //
                                   HopperConfig<6, 64, 3, 2, false>, HopperConfig<6, 64, 2, 3, false>,      //
-                                  HopperConfig<6, 64, 3, 3, false>, HopperConfig<6, 64, 4, 3, false>>,
+                                  HopperConfig<6, 64, 3, 3, false>, HopperConfig<6, 64, 4, 3, false>,      //
+                                  HopperConfig<6, 64, 3, 3, false, true>>,
                   5> {};
 template <>
 struct Step6Tiles<128> : ch7::Tuning<ch7::ConfigList<HopperConfig<6, 128, 2>, HopperConfig<6, 128, 3>,  //
-                                                     HopperConfig<6, 128, 3, 2, false>>,
+                                                     HopperConfig<6, 128, 3, 2, false>,                 //
+                                                     HopperConfig<6, 128, 3, 2, true, true>>,
                                      1> {};
 static_assert(fits_smem(Step6Tiles<64>::List{}) && fits_smem(Step6Tiles<128>::List{}),
               "Step6Tiles: every candidate must fit the 227 KB a block may opt into");
