@@ -141,7 +141,7 @@ SplitPlan plan_splits(const DecodeShape& s, int groups, int Bc, int slots) {
     for (int len : s.lens) work += double(groups) * len;
     const double share = work / std::max(1, slots);
     const int chunk = int(std::min<double>(share, s.max_len()));
-    return plan_with_chunk(s, std::max(kMinChunkTiles * Bc, chunk), Bc);
+    return plan_with_chunk(s, std::max(kMinSplitKeys, chunk), Bc);
 }
 
 int heads_per_block(int variant, const DecodeShape& s) { return variant >= kGqa ? s.g() : 1; }
@@ -157,7 +157,8 @@ std::vector<std::string> names_of(std::index_sequence<I...>) {
     std::vector<std::string> out;
     ((out.push_back(std::to_string(std::tuple_element_t<I, Tuple>::kWarps) + " warps (B_c = " +
                     std::to_string(std::tuple_element_t<I, Tuple>::Bc) + "), " +
-                    std::to_string(std::tuple_element_t<I, Tuple>::kStages) + " stages")),
+                    std::to_string(std::tuple_element_t<I, Tuple>::kStages) + " stages" +
+                    (std::tuple_element_t<I, Tuple>::kEarlyPrefetch ? ", L2 prefetch before lens[b]" : ""))),
      ...);
     return out;
 }

@@ -274,10 +274,10 @@ int run_all(const Options& o) {
         }
     } else if (o.ladder) {
         for (int v : {ch10::kFa2Grid, ch10::kSplitKv, ch10::kGqa, ch10::kTuned})  // contiguous cache
-            rows.push_back(runner.run(v, 0, -1));
+            rows.push_back(runner.run(v, 0, v == ch10::kTuned ? o.tiles : -1));
         rows.push_back(runner.run(ch10::kPaged, o.page_size, -1));
         for (int P : parse_list(o.page_sizes))
-            if (P > 0) rows.push_back(runner.run(ch10::kTuned, P, -1));
+            if (P > 0) rows.push_back(runner.run(ch10::kTuned, P, o.tiles));
     } else {
         rows.push_back(runner.run(o.kernel, o.kernel == ch10::kPaged ? o.page_size : 0, o.tiles));
     }
@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
     fa::add_run_options(cli, o.run);
     cli.option("--dtype", &o.dtype, "fp16 or bf16");
     cli.option("--kernel", &o.kernel, "variant 1..5 (kernel/decode_attention.cuh lists them)", 1, 5);
-    cli.option("--tiles", &o.tiles, "variant 5's tile candidate (-1: the default)", -1, 16);
+    cli.option("--tiles", &o.tiles, "variant 5's tile candidate (-1: the default; --ladder: for kernel 5's rows)", -1, 16);
     cli.option("--batch", &o.B, "sequences", 1, 65535);
     cli.option("--heads", &o.H_q, "query heads H_q", 1, 1024);
     cli.option("--kv-heads", &o.H_kv, "KV heads H_kv (H_q = g * H_kv; 1 is MQA)", 1, 1024);

@@ -13,14 +13,16 @@ namespace ch10 {
 template <int D, bool Paged>
 using LadderConfig = DecodeConfig<D, 4, 2, Paged>;
 
-/// Variant 5's candidates, DecodeConfig<D, warps, stages, paged>: more stages keep more bytes in
-/// flight per block; more warps make each tile (B_c = 16·warps keys) larger. Shared memory at
-/// D = 128: 70 KB (4 warps, 2 stages), 103 KB (3 stages), 136 KB (4 stages), 136 KB (8 warps,
-/// 2 stages): 3, 2, 1 and 1 blocks per SM on an H100.
+/// Variant 5's candidates, DecodeConfig<D, warps, stages, paged, early prefetch>: more stages keep
+/// more bytes in flight per block; more warps make each tile (B_c = 16·warps keys) larger; the
+/// early prefetch starts a block's first reads before it reads its sequence's length. Shared
+/// memory at D = 128: 70 KB (4 warps, 2 stages), 103 KB (3 stages), 136 KB (4 stages), 136 KB
+/// (8 warps, 2 stages), 103 KB (3 stages, prefetch): 3, 2, 1, 1 and 2 blocks per SM on an H100.
 template <int D, bool Paged>
-using TunedCandidates = std::tuple<DecodeConfig<D, 4, 2, Paged>, DecodeConfig<D, 4, 3, Paged>,
-                                   DecodeConfig<D, 4, 4, Paged>, DecodeConfig<D, 8, 2, Paged>>;
-constexpr int kTunedCandidateCount = 4;
+using TunedCandidates =
+    std::tuple<DecodeConfig<D, 4, 2, Paged>, DecodeConfig<D, 4, 3, Paged>, DecodeConfig<D, 4, 4, Paged>,
+               DecodeConfig<D, 8, 2, Paged>, DecodeConfig<D, 4, 3, Paged, true>>;
+constexpr int kTunedCandidateCount = 5;
 
 /// Variant 5's default candidate: the fastest in `./chapter10 --sweep` (README, step 5).
 constexpr int kTunedCandidate = 1;

@@ -20,7 +20,8 @@
 /// its own m, l and O for all 16 rows, in chapter 7's fragments (lane 4g + t: rows g and g + 8,
 /// columns 2t, 2t + 1 of each 8-column tile). After the last tile the warps merge their (m, l, O)
 /// through shared memory with chapter 2's merge; thread t then owns row t / (threads/16) and
-/// columns 4·(t % (threads/16)) + 4·(threads/16)·k of the block's output.
+/// columns 4·(t % (threads/16)) + 4·(threads/16)·k of the block's output. Step 5's combine in the
+/// last block of a group: warp w merges the splits of real rows w, w + Warps, … (combine_row).
 ///
 /// Grid: (splits, query-head groups × row blocks, B); block: Warps warps. Block (s, y, b) reads
 /// keys split_begin(s) .. split_end(s) of its KV head (split_plan.h); a split past the sequence's
@@ -28,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../../../common/math.h"
 #include "../../../common/tensor_core/ptx.cuh"
@@ -151,34 +153,79 @@ __device__ __forceinline__ V load_cg(const V* p) {
 #endif
 }
 
-/// Step 5: the combine of one row's n splits by the threads of the block that own it. Each folds
-/// the splits' L_s into an online state (chapter 2, Alg. 1; L = its logsumexp) and adds
-/// Σ_s state.prob(L_s)·O_s for its columns c0 + 4·kThreadsPerRow·k.
-template <class T, int D, int kThreadsPerRow>
-__device__ __forceinline__ void combine_columns(const DecodeParams& p, std::size_t row, int n, int c0) {
-    constexpr int kCols = D / (4 * kThreadsPerRow);
-    const float* Ls = p.L_part + row * p.splits;
-    const float4* Os = reinterpret_cast<const float4*>(p.O_part + row * p.splits * D);
-    ch2::OnlineState state;
-    #pragma unroll 8
-    for (int s = 0; s < n; ++s) state.push(load_cg(Ls + s));
-    float4 o[kCols];
-    #pragma unroll
-    for (int k = 0; k < kCols; ++k) o[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    #pragma unroll 4
-    for (int s = 0; s < n; ++s) {  // unrolled: several splits' loads in flight at once
-        const float w = state.prob(load_cg(Ls + s));
-        #pragma unroll
-        for (int k = 0; k < kCols; ++k) {
-            const float4 v = load_cg(Os + (std::size_t(s) * D + c0 + 4 * kThreadsPerRow * k) / 4);
-            o[k].x += w * v.x, o[k].y += w * v.y, o[k].z += w * v.z, o[k].w += w * v.w;
+/// Hints L2 to fetch the 128-byte line at `p` (prefetch.global.L2): nothing is written, so a line
+/// fetched in vain costs bandwidth, never correctness. The emulator has no cache: nothing to do.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
+/// Step 5 (Cfg::kEarlyPrefetch): L2 prefetches of what a block reads first, issued before it reads
+/// lens[b], so that the wait for lens[b] overlaps the wait for its first data instead of preceding
+/// it. The block's Q rows (q_rows of them, at most 16) and, in a contiguous cache, rows key0 ..
+/// key0 + (Stages − 1)·B_c of K and V as if the split were full (clipped to N_max, the end of the
+/// sequence's allocation: rows past lens[b] are fetched in vain, never read). A paged cache finds
+/// its rows through the block table: only the table's line holding the split's first page is
+/// prefetched (its index clipped to the table row). Thread x takes lines x, x + threads, …
+template <class Cfg>
+__device__ __forceinline__ void prefetch_first_reads(const DecodeParams& p, const uint16_t* Q_rows, int q_rows,
+                                                     const uint16_t* Kh, const uint16_t* Vh, const int* table_row,
+                                                     int key0) {
+    constexpr int D = Cfg::D, kLineElems = 64;  // 128-byte lines of 16-bit elements
+    const int t = int(threadIdx.x);
+    const int q_lines = (q_rows < kQRows ? q_rows : kQRows) * D / kLineElems;
+    for (int i = t; i < q_lines; i += Cfg::kThreads) prefetch_l2(Q_rows + i * kLineElems);
+    if constexpr (Cfg::kPaged) {
+        const int page = key0 >> p.page_shift;
+        if (t == 0) prefetch_l2(table_row + (page < p.max_pages ? page : p.max_pages - 1));
+    } else {
+        const int kv_rows = p.N_max - key0 < (Cfg::kStages - 1) * Cfg::Bc ? p.N_max - key0 : (Cfg::kStages - 1) * Cfg::Bc;
+        for (int i = t; i < kv_rows * D / kLineElems; i += Cfg::kThreads) {
+            const std::size_t at = std::size_t(key0) * D + std::size_t(i) * kLineElems;
+            prefetch_l2(Kh + at), prefetch_l2(Vh + at);
         }
     }
+}
+
+/// The merge of one output row's n splits by one warp (step 2: combine_kernel; step 5: the last
+/// block of a group, one warp per row). The splits' logsumexps L_s are entries of one softmax:
+/// lane l pushes L_l, L_{l+32}, … into an online state (chapter 2, Alg. 1), the lanes' states meet
+/// with chapter 2's merge (Alg. 2) in a butterfly of xor shuffles, and then
+/// O = Σ_s e^{L_s − L} O_s = Σ_s state.prob(L_s)·O_s and L = state.logsumexp(). Lane l owns
+/// columns (D/32)·l .. (D/32)·l + D/32 − 1: one float4 (D = 128) or float2 (D = 64) of each O_s.
+/// Reads past L1 (load_cg): in step 5 other blocks wrote the partials during this kernel.
+template <class T, int D>
+__device__ __forceinline__ void combine_row(const DecodeParams& p, std::size_t row, int n, int lane) {
+    constexpr int kPerLane = D / 32;
+    static_assert(kPerLane == 2 || kPerLane == 4, "combine_row: D = 64 or 128");
+    using Vec = std::conditional_t<kPerLane == 4, float4, float2>;
+    const float* Ls = p.L_part + row * p.splits;
+    const Vec* Os = reinterpret_cast<const Vec*>(p.O_part + row * p.splits * D) + lane;
+
+    ch2::OnlineState state;
+    for (int s = lane; s < n; s += 32) state.push(load_cg(Ls + s));
     #pragma unroll
-    for (int k = 0; k < kCols; ++k)
-        *reinterpret_cast<uint2*>(p.O + row * D + c0 + 4 * kThreadsPerRow * k) =
-            make_uint2(tc::pack2<T>(o[k].x, o[k].y), tc::pack2<T>(o[k].z, o[k].w));
-    if (c0 == 0) p.L[row] = state.logsumexp();
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        ch2::OnlineState other;
+        other.m = __shfl_xor_sync(0xffffffffu, state.m, offset);
+        other.d = __shfl_xor_sync(0xffffffffu, state.d, offset);
+        state.merge(other);
+    }
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    #pragma unroll 16
+    for (int s = 0; s < n; ++s) {  // unrolled: sixteen splits' loads in flight at once
+        const float w = state.prob(load_cg(Ls + s));
+        const Vec v = load_cg(Os + std::size_t(s) * (D / kPerLane));
+        o[0] += w * v.x, o[1] += w * v.y;
+        if constexpr (kPerLane == 4) o[2] += w * v.z, o[3] += w * v.w;
+    }
+    #pragma unroll
+    for (int e = 0; e < kPerLane; e += 2)
+        *reinterpret_cast<uint32_t*>(p.O + row * D + kPerLane * lane + e) = tc::pack2<T>(o[e], o[e + 1]);
+    if (lane == 0) p.L[row] = state.logsumexp();
 }
 
 #endif  // FA_TC_SM80
@@ -196,21 +243,23 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
     uint16_t* KVs = Qs + kQRows * D;  // stage s: K at KVs + s·2·B_c·D, V right after it
     const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
 
-    // step 2: this block's split of sequence b; splits past the sequence's last one do nothing
-    const int b = int(blockIdx.z), s = int(blockIdx.x), len = p.lens[b];
-    if (s >= splits_of(len, p.q_len, p.chunk)) return;
-    const int key_begin = split_begin(s, p.chunk), key_end = split_end(s, len, p.q_len, p.chunk);
-
     // step 3: the block's query heads hq0 .. hq0 + heads_per_block − 1 share KV head h_kv
+    const int b = int(blockIdx.z), s = int(blockIdx.x);
     const int group = int(blockIdx.y) / p.row_blocks, r0 = kQRows * (int(blockIdx.y) % p.row_blocks);
     const int hq0 = group * p.heads_per_block, h_kv = hq0 / (p.H_q / p.H_kv);
     const int rows = p.heads_per_block * p.q_len;  // packed rows (head, token); Q rows are contiguous
     const std::size_t row0 = (std::size_t(b) * p.H_q + hq0) * p.q_len;  // the group's first row of Q, O, L
-
-    const int Tc = fa::ceil_div(key_end - key_begin, Bc);
     const int* table_row = p.table + std::size_t(b) * p.max_pages;
     const uint16_t* Kh = p.K + contiguous_row(b, h_kv, 0, p.H_kv, p.N_max, D);
     const uint16_t* Vh = p.V + contiguous_row(b, h_kv, 0, p.H_kv, p.N_max, D);
+    if constexpr (Cfg::kEarlyPrefetch)  // step 5: the first reads start before lens[b] is known
+        prefetch_first_reads<Cfg>(p, p.Q + (row0 + r0) * D, rows - r0, Kh, Vh, table_row, split_begin(s, p.chunk));
+
+    // step 2: this block's split of sequence b; splits past the sequence's last one do nothing
+    const int len = p.lens[b];
+    if (s >= splits_of(len, p.q_len, p.chunk)) return;
+    const int key_begin = split_begin(s, p.chunk), key_end = split_end(s, len, p.q_len, p.chunk);
+    const int Tc = fa::ceil_div(key_end - key_begin, Bc);
     auto K_stage = [&](int j) { return KVs + (j % kStages) * 2 * Bc * D; };
     auto load_kv = [&](int j) {  // Alg. 1 line 7: K_j, V_j
         const int k0 = key_begin + j * Bc;
@@ -298,7 +347,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
 
     // step 5: the combine inside the last block of the group to finish (no second kernel). Each
     // block's partials are made visible device-wide before it is counted; the block that counts
-    // the group's last split reads them all, past L1 (combine_columns).
+    // the group's last split reads them all, past L1: warp w merges the block's real rows w,
+    // w + Warps, … (combine_row, the mapping of combine_kernel), so every warp has a row when
+    // there are at least as many rows as warps, and each lane keeps many splits' loads in flight.
     int* last = reinterpret_cast<int*>(Qs);  // the Q tile is no longer needed
     __threadfence();
     __syncthreads();
@@ -309,53 +360,25 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
         __threadfence();
     }
     __syncthreads();
-    if (*last && real_row) combine_columns<T, D, kThreadsPerRow>(p, out_row, splits_of(len, p.q_len, p.chunk), c0);
+    if (*last)
+        for (int r = warp; r < kQRows && r0 + r < rows; r += Cfg::kWarps)
+            combine_row<T, D>(p, row0 + r0 + r, splits_of(len, p.q_len, p.chunk), lane);
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch (device_unsupported_reason)
 #endif
 }
 
 
-/// Step 2: the combine. One warp per output row (sequence b, query head, token): the row's splits'
-/// logsumexps L_s are entries of one softmax, so lane l pushes L_l, L_{l+32}, … into an online
-/// state (chapter 2, Alg. 1), the lanes' states meet with chapter 2's merge (Alg. 2) in a butterfly
-/// of xor shuffles, and then O = Σ_s e^{L_s − L} O_s = Σ_s state.prob(L_s)·O_s and L = logsumexp.
-/// Lane l owns columns (D/32)·l .. (D/32)·l + D/32 − 1 of the row.
+/// Step 2: the combine. One warp per output row (sequence b, query head, token), 4 rows per
+/// block: combine_row merges the row's splits with chapter 2's online softmax.
 template <class T, int D>
 __global__ void __launch_bounds__(128) combine_kernel(const DecodeParams p) {
 #if FA_TC_SM80
-    constexpr int kPerLane = D / 32;
-    const int lane = int(threadIdx.x) % 32;
     const std::size_t row = std::size_t(blockIdx.x) * 4 + threadIdx.x / 32;
     const std::size_t rows = std::size_t(p.B) * p.H_q * p.q_len;
     if (row >= rows) return;
     const int b = int(row / (std::size_t(p.H_q) * p.q_len));
-    const int n = splits_of(p.lens[b], p.q_len, p.chunk);
-    const float* Ls = p.L_part + row * p.splits;
-    const float* Os = p.O_part + row * p.splits * D;
-
-    ch2::OnlineState state;
-    for (int s = lane; s < n; s += 32) state.push(Ls[s]);
-    #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        ch2::OnlineState other;
-        other.m = __shfl_xor_sync(0xffffffffu, state.m, offset);
-        other.d = __shfl_xor_sync(0xffffffffu, state.d, offset);
-        state.merge(other);
-    }
-    float o[kPerLane];
-    #pragma unroll
-    for (int e = 0; e < kPerLane; ++e) o[e] = 0.0f;
-    #pragma unroll 8
-    for (int s = 0; s < n; ++s) {  // unrolled: eight splits' loads in flight at once
-        const float w = state.prob(Ls[s]);
-        #pragma unroll
-        for (int e = 0; e < kPerLane; ++e) o[e] += w * Os[std::size_t(s) * D + kPerLane * lane + e];
-    }
-    #pragma unroll
-    for (int e = 0; e < kPerLane; e += 2)
-        *reinterpret_cast<uint32_t*>(p.O + row * D + kPerLane * lane + e) = tc::pack2<T>(o[e], o[e + 1]);
-    if (lane == 0) p.L[row] = state.logsumexp();
+    combine_row<T, D>(p, row, splits_of(p.lens[b], p.q_len, p.chunk), int(threadIdx.x) % 32);
 #else
     __trap();
 #endif

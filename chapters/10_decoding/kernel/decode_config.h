@@ -18,8 +18,9 @@ constexpr int kWarpKeys = 16;
 /// block-table loads in (`Paged`); step 5 picks `Warps` and `Stages` from a sweep.
 /// The block: `Warps` warps share each K/V tile of B_c = 16·Warps keys, warp w taking keys
 /// 16w .. 16w + 15 of it; `Stages` K/V buffers, Stages − 1 of them in flight while one is used
-/// (chapter 7's cp.async pipeline).
-template <int D_, int Warps, int Stages, bool Paged>
+/// (chapter 7's cp.async pipeline). `EarlyPrefetch` (step 5): L2 prefetches of the block's first
+/// reads before it reads its sequence's length (prefetch_first_reads).
+template <int D_, int Warps, int Stages, bool Paged, bool EarlyPrefetch = false>
 struct DecodeConfig {
     static constexpr int D = D_;
     static constexpr int kWarps = Warps;
@@ -27,6 +28,7 @@ struct DecodeConfig {
     static constexpr int Bc = kWarpKeys * Warps;  ///< keys of one K/V tile (B_c)
     static constexpr int kStages = Stages;
     static constexpr bool kPaged = Paged;          ///< step 4: the block table
+    static constexpr bool kEarlyPrefetch = EarlyPrefetch;  ///< step 5: first reads before lens[b]
 
     /// One warp's tile in chapter 7's terms: 16 query rows (one m-tile), 16 keys, ldmatrix from
     /// swizzled tiles, exp2 with the scale folded in, Q fragments in registers (chapter 7, step 6).
