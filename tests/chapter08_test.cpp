@@ -129,14 +129,15 @@ std::vector<int> vector_dq_candidates(int D) {
     return out;
 }
 
-// The candidate with the same tiles as candidate k and scalar dQ atomics (−1 if none).
+// The candidate with the same tiles as candidate k, scalar dQ atomics and line 15 in one m-tile per
+// warp (−1 if none): the same sums in the same order, so the same dQ bit for bit.
 int scalar_twin(int D, int k) {
     const std::vector<BwdTiles> all = tuning_candidates(D);
     const BwdTiles& a = all[std::size_t(k)];
     for (int j = 0; j < int(all.size()); ++j) {
         const BwdTiles& b = all[std::size_t(j)];
-        if (b.dq_vec == 1 && b.warps == a.warps && b.Br == a.Br && b.sub == a.sub && b.stages == a.stages &&
-            b.kv_in_regs == a.kv_in_regs && b.dq_warps == a.dq_warps && b.dq_Bc == a.dq_Bc)
+        if (b.dq_vec == 1 && b.dq_m == 1 && b.warps == a.warps && b.Br == a.Br && b.sub == a.sub &&
+            b.stages == a.stages && b.kv_in_regs == a.kv_in_regs && b.dq_warps == a.dq_warps && b.dq_Bc == a.dq_Bc)
             return j;
     }
     return -1;
@@ -286,7 +287,7 @@ TEST_CASE("ch8: step 5's vector dQ atomic candidates: widths, scalar twins, and 
           "[cpu][chapter8]") {
     for (int D : {64, 128}) {
         const std::vector<int> vec = vector_dq_candidates(D);
-        CHECK(vec.size() == 4);
+        CHECK(vec.size() == (D == 64 ? 5u : 6u));  // c6–c10 (D = 64), c6–c11 (D = 128)
         for (int k : vec) {
             const BwdTiles t = tuning_candidates(D)[std::size_t(k)];
             INFO("D " << D << " candidate " << k << " " << t.str());
@@ -295,6 +296,7 @@ TEST_CASE("ch8: step 5's vector dQ atomic candidates: widths, scalar twins, and 
             CHECK(t.str().find("dQ atomics float" + std::to_string(t.dq_vec)) != std::string::npos);
             CHECK(t.str().find("scalar") == std::string::npos);
             CHECK(scalar_twin(D, k) >= 0);  // each one is timed against the same tiles with scalar atomics
+            CHECK((t.str().find("m-tiles per warp") != std::string::npos) == (t.dq_m > 1));
         }
         // the defaults are float4 candidates (the fastest in the H200 sweep of 2026-11-26, README step 5)
         CHECK(tuning_candidates(D)[std::size_t(tuned_candidate(D))].dq_vec == 4);

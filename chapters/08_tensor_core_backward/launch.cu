@@ -29,6 +29,7 @@ std::string BwdTiles::str() const {
     std::string out = buf;
     if (dq_vec > 1) out += "; dQ atomics float" + std::to_string(dq_vec);
     if (dq_vec_run != dq_vec) out += " asked, scalar run (this GPU runs code for one before sm_90)";
+    if (dq_m > 1) out += "; line 15 in " + std::to_string(dq_m) + " m-tiles per warp";
     return out;
 }
 

@@ -235,48 +235,85 @@ __device__ __forceinline__ void dq_add_vector(float* dQacc_head, const float (&c
     }
 }
 
+/// Line 15's atomics for one 16 × 8 accumulator tile c of dQ_i (rows row0.., columns col0..):
+/// one float per atomicAdd, or (step 5) Vec floats.
+template <int Vec>
+__device__ __forceinline__ void dq_add_tile(float* dQacc_head, const float (&c)[4], int row0, int col0, int N, int D,
+                                            int lane) {
+    if constexpr (Vec == 1) {
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = row0 + tc::frag_c_row(lane, i);
+            if (row < N) atomicAdd(dQacc_head + row * D + col0 + tc::frag_c_col(lane, i), c[i]);
+        }
+    } else {  // step 5: vector atomics
+        dq_add_vector<Vec>(dQacc_head, c, row0, col0, N, D, lane);
+    }
+}
+
 /// Line 15 with atomics: dQ_i += dS K_j (unscaled; convert_dq_kernel applies the scale), from
-/// the block's complete dSᵀ tile. The B_r × D product is split into B_r/16 m-tiles and, when there
-/// are more warps than m-tiles, column slices; warp w takes units w, w + Warps, ... The adds are
-/// Cfg::kDqVec floats wide where this build has vector atomics, one float otherwise.
+/// the block's complete dSᵀ tile. The adds are Cfg::kDqVec floats wide where this build has
+/// vector atomics, one float otherwise. How the B_r × D product is shared among the warps:
+///   DqM = 1: B_r/16 m-tiles and, when there are more warps than m-tiles, column slices; warp w
+///     takes units w, w + Warps, ... and holds the unit's dS fragments (B_c/16 of them) while it
+///     walks its columns 16 at a time: every K_j fragment it reads serves one m-tile.
+///   DqM = 2, 4 (step 5): warp w takes m-tiles DqM·(w mod B_r/(16·DqM)).. and kDqCols columns, and
+///     holds their accumulators while it walks the keys 16 at a time: every K_j fragment serves
+///     DqM m-tiles, so the warps together read K_j B_r/(16·DqM) times instead of B_r/16.
 template <class T, class Cfg>
 __device__ __forceinline__ void dq_add(float* dQacc_head, const uint16_t* dSt, const uint16_t* Ks, int q0, int N,
                                        int warp, int lane) {
     constexpr int D = Cfg::D, kRowTiles = Cfg::Br / 16;
-    constexpr int kSlices = Cfg::kWarps > kRowTiles ? Cfg::kWarps / kRowTiles : 1;
-    constexpr int kSliceTiles = D / 16 / kSlices;  // 16-column pairs of d per slice
     constexpr int kDqVec = Cfg::kDqVec <= kMaxDqVec ? Cfg::kDqVec : 1;  // scalar where vectors do not exist
-    for (int u = warp; u < kRowTiles * kSlices; u += Cfg::kWarps) {
-        const int mt = u % kRowTiles, slice = u / kRowTiles;
-        uint32_t a[Cfg::Bc / 16][4];
-        #pragma unroll
-        for (int kk = 0; kk < Cfg::Bc / 16; ++kk) load_ds_frag<Cfg>(a[kk], dSt, mt, kk, lane);
-        #pragma unroll
-        for (int s = 0; s < kSliceTiles; ++s) {
-            const int dd = slice * kSliceTiles + s;
-            float acc[2][4] = {};
+    if constexpr (Cfg::kDqM == 1) {
+        constexpr int kSlices = Cfg::kWarps > kRowTiles ? Cfg::kWarps / kRowTiles : 1;
+        constexpr int kSliceTiles = D / 16 / kSlices;  // 16-column pairs of d per slice
+        for (int u = warp; u < kRowTiles * kSlices; u += Cfg::kWarps) {
+            const int mt = u % kRowTiles, slice = u / kRowTiles;
+            uint32_t a[Cfg::Bc / 16][4];
             #pragma unroll
-            for (int kk = 0; kk < Cfg::Bc / 16; ++kk) {
-                uint32_t b[2][2];
-                ch7::load_v_frags<typename Cfg::Warp>(b, Ks, kk, dd, lane);  // B = K_j: keys × d, .trans
-                tc::mma_m16n8k16<T>(acc[0], a[kk], b[0]);
-                tc::mma_m16n8k16<T>(acc[1], a[kk], b[1]);
-            }
-            if constexpr (kDqVec == 1) {  // one float per atomicAdd
+            for (int kk = 0; kk < Cfg::Bc / 16; ++kk) load_ds_frag<Cfg>(a[kk], dSt, mt, kk, lane);
+            #pragma unroll
+            for (int s = 0; s < kSliceTiles; ++s) {
+                const int dd = slice * kSliceTiles + s;
+                float acc[2][4] = {};
                 #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    #pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int row = q0 + 16 * mt + tc::frag_c_row(lane, i);
-                        if (row < N)
-                            atomicAdd(dQacc_head + row * D + 16 * dd + 8 * h + tc::frag_c_col(lane, i), acc[h][i]);
-                    }
-            } else {  // step 5: vector atomics
+                for (int kk = 0; kk < Cfg::Bc / 16; ++kk) {
+                    uint32_t b[2][2];
+                    ch7::load_v_frags<typename Cfg::Warp>(b, Ks, kk, dd, lane);  // B = K_j: keys × d, .trans
+                    tc::mma_m16n8k16<T>(acc[0], a[kk], b[0]);
+                    tc::mma_m16n8k16<T>(acc[1], a[kk], b[1]);
+                }
                 #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    dq_add_vector<kDqVec>(dQacc_head, acc[h], q0 + 16 * mt, 16 * dd + 8 * h, N, D, lane);
+                for (int h = 0; h < 2; ++h) dq_add_tile<kDqVec>(dQacc_head, acc[h], q0 + 16 * mt, 16 * dd + 8 * h, N, D, lane);
             }
         }
+    } else {  // step 5: DqM m-tiles × kDqCols columns per warp, accumulators held across the keys
+        constexpr int M = Cfg::kDqM, kPairs = Cfg::kDqCols / 16;  // 16-column pairs of d per warp
+        constexpr int kRowUnits = kRowTiles / M;
+        const int mt0 = M * (warp % kRowUnits), dd0 = kPairs * (warp / kRowUnits);
+        float acc[M][2 * kPairs][4] = {};
+        #pragma unroll
+        for (int kk = 0; kk < Cfg::Bc / 16; ++kk) {
+            uint32_t a[M][4];
+            #pragma unroll
+            for (int m = 0; m < M; ++m) load_ds_frag<Cfg>(a[m], dSt, mt0 + m, kk, lane);
+            #pragma unroll
+            for (int s = 0; s < kPairs; ++s) {
+                uint32_t b[2][2];
+                ch7::load_v_frags<typename Cfg::Warp>(b, Ks, kk, dd0 + s, lane);  // B = K_j: keys × d, .trans
+                #pragma unroll
+                for (int m = 0; m < M; ++m) {
+                    tc::mma_m16n8k16<T>(acc[m][2 * s], a[m], b[0]);
+                    tc::mma_m16n8k16<T>(acc[m][2 * s + 1], a[m], b[1]);
+                }
+            }
+        }
+        #pragma unroll
+        for (int m = 0; m < M; ++m)
+            #pragma unroll
+            for (int n = 0; n < 2 * kPairs; ++n)
+                dq_add_tile<kDqVec>(dQacc_head, acc[m][n], q0 + 16 * (mt0 + m), 16 * dd0 + 8 * n, N, D, lane);
     }
 }
 

@@ -21,9 +21,11 @@ struct BwdTiles {
     int dq_vec;       ///< floats per atomicAdd of line 15 (--dq atomic) the configuration asks for: 1, 2 or 4
     int dq_vec_run;   ///< the width that runs: dq_vec in code for compute capability 9.0 (or newer) and
                       ///< in the emulator, 1 in code for an older GPU (the scalar fallback)
+    int dq_m;         ///< m-tiles (16 query rows each) of one warp's share of line 15 (BwdConfig's DqM)
     constexpr int Bc() const { return 16 * warps; }
     /// "B_c x B_r = 64 x 64 (passes of 32), 4 warps, 2 stages, K/V in smem; dQ kernel 64 x 64", and
-    /// with vector dQ atomics "; dQ atomics float4" (or "; dQ atomics float4 asked, scalar run").
+    /// with vector dQ atomics "; dQ atomics float4" (or "; dQ atomics float4 asked, scalar run"),
+    /// with dq_m > 1 "; line 15 in 2 m-tiles per warp".
     std::string str() const;
 };
 
@@ -35,13 +37,18 @@ struct BwdTiles {
 ///   4  Pᵀ and dSᵀ stay in registers as the A operands of dV_j and dK_j (only dSᵀ is stored, for dQ)
 ///   5  tiles and warps per head dim (candidates.h, --sweep), and the width of line 15's atomics:
 ///      `DqVec` floats per atomicAdd (1, 2 or 4; vector atomics need compute capability 9.0, the
-///      code for older GPUs adds the same values one float at a time)
+///      code for older GPUs adds the same values one float at a time), and line 15's warp tile:
+///      `DqM` m-tiles of dQ_i per warp (1: one m-tile by D/slices columns, the warp's dS fragments
+///      held while it walks the columns; 2 or 4: DqM m-tiles by B_r·D/(16·DqM·Warps) columns with
+///      the accumulators held while it walks the keys, so each K_j fragment read from shared
+///      memory serves DqM m-tiles instead of one; README, "Shared-memory traffic")
 /// Warp w owns key rows 16w..16w+15 of the block's K_j, V_j (B_c = 16 · Warps): it computes the
 /// transposed tiles Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ (16 × B_r), so that Pᵀ and dSᵀ are already
 /// the A fragments of dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i, and dK_j, dV_j (16 × D) stay in its registers.
 /// It does so `Sub` query columns at a time (B_r / Sub passes over the Q_i tile): Sᵀ, dPᵀ, Pᵀ and
 /// dSᵀ of one pass take Sub/2 + Sub/2 + Sub/4 + Sub/4 registers next to dK_j, dV_j's D.
-template <int Step, int D_, int Warps, int Br_, int Stages, bool KVInRegs, int Sub = Br_, int DqVec = 1>
+template <int Step, int D_, int Warps, int Br_, int Stages, bool KVInRegs, int Sub = Br_, int DqVec = 1,
+          int DqM = 1>
 struct BwdConfig {
     static constexpr int kStep = Step;
     static constexpr int D = D_;
@@ -53,6 +60,9 @@ struct BwdConfig {
     static constexpr int kStages = Stages;
     static constexpr bool kKVInRegs = KVInRegs;
     static constexpr int kDqVec = DqVec;  ///< floats per dQ atomicAdd (dq_add)
+    static constexpr int kDqM = DqM;      ///< m-tiles of dQ_i per warp in line 15 (dq_add)
+    /// Line 15's columns per warp with DqM > 1: the B_r × D product in Warps equal tiles.
+    static constexpr int kDqCols = DqM > 1 ? Br_ * D_ / (16 * DqM * Warps) : D_;
 
     static constexpr bool kLdmatrix = Step >= 2;  ///< ldmatrix(.trans) + swizzled shared memory
     static constexpr bool kCpAsync = Step >= 3;   ///< cp.async pipeline of the Q_i/dO_i tiles
@@ -71,11 +81,11 @@ struct BwdConfig {
     /// while it goes through shared memory (steps 1–3).
     static constexpr int kSmemBytes =
         2 * (2 * Bc * D + Stages * 2 * Br * D + Bc * Br + (Step >= 4 ? 0 : Bc * Br)) + Stages * 2 * Br * 4;
-    /// The same kernel with scalar dQ atomics: the dK/dV kernel without line 15 (--dq split) does
-    /// not depend on DqVec, so every width shares that one.
+    /// The same kernel with scalar dQ atomics and one m-tile per warp in line 15: the dK/dV kernel
+    /// without line 15 (--dq split) depends on neither DqVec nor DqM, so they all share that one.
     using ScalarDq = BwdConfig<Step, D_, Warps, Br_, Stages, KVInRegs, Sub, 1>;
     static constexpr BwdTiles tiles(int dq_warps, int dq_Bc) {
-        return {Warps, Br_, Sub, Stages, KVInRegs, dq_warps, dq_Bc, DqVec, DqVec};
+        return {Warps, Br_, Sub, Stages, KVInRegs, dq_warps, dq_Bc, DqVec, DqVec, DqM};
     }
 
     static_assert(Step >= 1 && Step <= 5, "BwdConfig: steps 1..5");
@@ -87,6 +97,10 @@ struct BwdConfig {
     static_assert(!KVInRegs || Step >= 4, "BwdConfig: K/V fragments in registers from step 4");
     static_assert(DqVec == 1 || ((DqVec == 2 || DqVec == 4) && Step == 5),
                   "BwdConfig: dQ atomics of 1, 2 or 4 floats (2 and 4 from step 5)");
+    static_assert(DqM == 1 || ((DqM == 2 || DqM == 4) && Step == 5 && (Br_ / 16) % DqM == 0 && kDqCols % 16 == 0 &&
+                               Br_ * D_ == 16 * DqM * kDqCols * Warps),
+                  "BwdConfig: line 15 in warp tiles of 2 or 4 m-tiles (step 5) that split B_r x D into Warps "
+                  "tiles of whole 16-column pairs");
 };
 
 /// The separate dQ kernel of --dq split (Algorithm 2's line 15 with the loops swapped: Q_i outer,

@@ -23,14 +23,18 @@ using LadderPair = KernelPair<BwdConfig<Step, D, 4, 64, (Step >= 3 ? 2 : 1), fal
 template <int D>
 using Ladder = ch7::ConfigList<LadderPair<1, D>, LadderPair<2, D>, LadderPair<3, D>, LadderPair<4, D>>;
 
-/// Step 5's candidates, BwdConfig<5, D, warps, B_r, stages, K/V in registers, pass width, dQ atomic width>.
+/// Step 5's candidates, BwdConfig<5, D, warps, B_r, stages, K/V in registers, pass width, dQ atomic width,
+/// m-tiles per warp in line 15>.
 /// Registers per lane ≈ dK_j, dV_j (D) + one pass's Sᵀ, dPᵀ, Pᵀ, dSᵀ (1.5 · pass width) + K_j, V_j
 /// fragments if kept (D/2) + addresses, at most 255 (`make chapter8 EXTRA_NVCCFLAGS=-Xptxas=-v`).
 template <class Bwd, int DqWarps>
 using Tuned = KernelPair<Bwd, DqConfig<5, Bwd::D, DqWarps, 64>>;
 /// c6–c9 are c2 and c4 (D = 64), c1 and c3 (D = 128) with float2 and float4 dQ atomics (the last
 /// template argument; on GPUs before compute capability 9.0 they run scalar atomics, i.e. as the
-/// candidate they copy).
+/// candidate they copy). c10 (both head dims) is c9 and c11 (D = 128) is c7 with line 15 in warp tiles
+/// of two m-tiles (DqM = 2): each K_j fragment read for dQ_i serves 32 query rows instead of 16
+/// (README, "Shared-memory traffic"). c7 at D = 64 gains nothing from it (its dQ_i warp tiles would
+/// go from 16 × 32 to 32 × 16: the same bytes), so it has no such twin.
 using Candidates64 = ch7::ConfigList<Tuned<BwdConfig<5, 64, 4, 64, 2, false, 64>, 4>,
                                       Tuned<BwdConfig<5, 64, 8, 64, 2, false, 64>, 8>,
                                       Tuned<BwdConfig<5, 64, 8, 64, 2, true, 64>, 8>,
@@ -40,7 +44,8 @@ using Candidates64 = ch7::ConfigList<Tuned<BwdConfig<5, 64, 4, 64, 2, false, 64>
                                       Tuned<BwdConfig<5, 64, 8, 64, 2, true, 64, 2>, 8>,
                                       Tuned<BwdConfig<5, 64, 8, 64, 2, true, 64, 4>, 8>,
                                       Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32, 2>, 8>,
-                                      Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32, 4>, 8>>;
+                                      Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32, 4>, 8>,
+                                      Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32, 4, 2>, 8>>;
 using Candidates128 = ch7::ConfigList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 32>, 4>,
                                         Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32>, 8>,
                                         Tuned<BwdConfig<5, 128, 8, 64, 2, false, 64>, 8>,
@@ -50,7 +55,9 @@ using Candidates128 = ch7::ConfigList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 3
                                         Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32, 2>, 8>,
                                         Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32, 4>, 8>,
                                         Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32, 2>, 8>,
-                                        Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32, 4>, 8>>;
+                                        Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32, 4>, 8>,
+                                        Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32, 4, 2>, 8>,
+                                        Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32, 4, 2>, 8>>;
 
 /// Step 5's default candidate per head dim: the fastest in the sweep (./chapter8 --sweep; README,
 /// step 5), B_c = B_r = 128 with float4 dQ atomics at both head dims.
