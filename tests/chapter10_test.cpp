@@ -282,7 +282,7 @@ TEST_CASE("split heuristic: one wave of equal shares, whole tiles, one split for
     const DecodeShape one = make_decode_shape(1, 32, 8, 1, 128, 32768, {32768});
     const SplitPlan p = plan_splits(one, 8, 64, 264);
     CHECK(p.chunk % 64 == 0);
-    CHECK(p.chunk >= kMinSplitKeys);
+    CHECK(p.chunk >= kMinChunkTiles * 64);
     CHECK(8 * p.splits <= 264 + 8);          // about one wave of blocks
     CHECK(8 * p.splits >= 264 / 2);
     const DecodeShape many = make_decode_shape(64, 32, 8, 1, 128, 4096, std::vector<int>(64, 4096));
@@ -292,30 +292,6 @@ TEST_CASE("split heuristic: one wave of equal shares, whole tiles, one split for
     CHECK(splits_of(1, 1, m.chunk) == 1);
     CHECK(m.splits == splits_of(100000, 1, m.chunk));  // the long sequence gets the splits
     CHECK(plan_with_splits(one, 16, 64).splits == 16);
-}
-
-TEST_CASE("split heuristic: no split shorter than kMinSplitKeys (the sweep at N = 8192)", "[ch10][cpu]") {
-    // B = 1, H_kv = 8 (8 groups), 132 SMs (an H100), B_c = 64 and 128: the README's shapes.
-    struct Expect {
-        int N, splits, chunk;
-    };
-    for (int Bc : {64, 128})
-        for (const Expect& e : {Expect{4096, 4, 1024}, Expect{8192, 8, 1024}, Expect{16384, 16, 1024},
-                                Expect{32768, 16, 2048}}) {
-            const DecodeShape s = make_decode_shape(1, 32, 8, 1, 128, e.N, {e.N});
-            const SplitPlan p = plan_splits(s, 8, Bc, 132);
-            INFO("N " << e.N << " B_c " << Bc);
-            CHECK(p.splits == e.splits);
-            CHECK(p.chunk == e.chunk);
-        }
-    for (int len : {1, 100, 1023, 1024, 1025, 5000})  // every split but the last reads at least kMinSplitKeys
-        for (int q_len : {1, 4}) {
-            const DecodeShape s = make_decode_shape(1, 8, 8, q_len, 64, 5000, lengths({len}, q_len));
-            const SplitPlan p = plan_splits(s, 8, 64, 4096);
-            INFO("len " << len << " q_len " << q_len);
-            CHECK(p.chunk >= kMinSplitKeys);
-            CHECK(p.splits == splits_of(std::max(len, q_len), q_len, p.chunk));
-        }
 }
 
 TEST_CASE("bad input: one clear message", "[ch10][cpu]") {

@@ -141,7 +141,7 @@ SplitPlan plan_splits(const DecodeShape& s, int groups, int Bc, int slots) {
     for (int len : s.lens) work += double(groups) * len;
     const double share = work / std::max(1, slots);
     const int chunk = int(std::min<double>(share, s.max_len()));
-    return plan_with_chunk(s, std::max(kMinSplitKeys, chunk), Bc);
+    return plan_with_chunk(s, std::max(kMinChunkTiles * Bc, chunk), Bc);
 }
 
 int heads_per_block(int variant, const DecodeShape& s) { return variant >= kGqa ? s.g() : 1; }

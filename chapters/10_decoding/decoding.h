@@ -81,12 +81,12 @@ struct SplitPlan {
 
 /// The split heuristic (README, "How many splits"): give every SM one block's equal share of the
 /// keys. With W = Σ_b groups·lens[b] key rows to read and `slots` SMs, chunk = W / slots rounded
-/// up to B_c, at least kMinSplitKeys (a split must outweigh its pipeline fill and its share of the
-/// merge), and one split when that covers the longest sequence. `groups` = blocks per sequence
-/// and split (query-head groups × row blocks). More blocks per SM than one measured slower, and
-/// so did splits of 512 keys against 1024 (README's sweep).
+/// up to B_c, at least kMinChunkTiles·B_c (a split must outweigh its pipeline fill and merge), and
+/// one split when that covers the longest sequence. `groups` = blocks per sequence and split
+/// (query-head groups × row blocks). More blocks per SM than one measured slower (README's sweep),
+/// and so did a floor of 1024 keys for kernels 3, 4 and paged caches at N = 4096 and 8192.
 SplitPlan plan_splits(const DecodeShape& s, int groups, int Bc, int slots);
-constexpr int kMinSplitKeys = 1024;
+constexpr int kMinChunkTiles = 4;
 /// A plan with `chunk` keys per split (rounded up to B_c); grid width = the most splits needed.
 SplitPlan plan_with_chunk(const DecodeShape& s, int chunk, int Bc);
 /// About n splits for the longest sequence: chunk = ⌈(max len − q_len + 1) / n⌉ rounded up to B_c.
