@@ -71,13 +71,8 @@ KernelEntry kernel_entry(int variant, int D, int candidate) {
 
 /// SMs of the device current at the first call, read once (a persistent grid has a block per SM).
 int sm_count() {
-    static const int n = [] {
-        int device = 0, sms = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        return sms;
-    }();
-    return n;
+    static const int sms = fa::device_info().sm_count;
+    return sms;
 }
 
 /// The grid: a block per work item, (T_r, H, B); step 6, persistent: a block per SM, at most one
