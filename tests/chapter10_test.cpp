@@ -1,13 +1,13 @@
 // Tests of chapter 10: attention for decoding.
 //
 // [cpu]: the split plan (every key in exactly one split, every split's first key seen by every new
-// token), the paged addressing through a shuffled block table, the CPU mirror of split/merge
-// against the float64 reference (mixed lengths up to 100000, splits from 1 to more than the
-// chunks, pages shuffled), the split heuristic, the bad-input messages, and every kernel variant
+// token), the paged addressing through a shuffled block table (per key and per tile), the CPU
+// mirror of split/merge against the float64 reference (mixed lengths up to 100000, splits from 1
+// to more than the chunks, pages shuffled), the split heuristic, the bad-input messages, and every kernel variant
 // on the CPU emulator (tags [v1]..[v5]) with the append step.
 // [gpu]: every variant on the GPU against the 2× rule: lengths 1, 17, 4097 and 100000 in one batch,
-// q_len 1 and 4, g = 1, 4, 8 and MQA, D = 64 and 128, fp16 and bf16, split counts from 1 to more
-// than the chunks, pages of 16, 64 and 256 tokens in shuffled order, large logits; the append.
+// q_len 1, 4 and 16, g = 1, 4, 8 and MQA, D = 64 and 128, fp16 and bf16, split counts from 1 to more
+// than the chunks, pages of 16, 32, 64 and 256 tokens in shuffled order, large logits; the append.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -260,6 +260,36 @@ TEST_CASE("paged addressing: a shuffled block table finds every key of the logic
     }
 }
 
+TEST_CASE("paged tiles: a tile's runs of pool rows find every key that paged_row finds", "[ch10][cpu]") {
+    // A tile of B_c keys from a multiple of B_c lies in max(1, B_c / P) runs of consecutive pool
+    // rows, one block-table entry each (load_paged_kv reads it so); lengths end inside a page.
+    for (int P : {16, 32, 64, 128, 256})
+        for (int Bc : {64, 128}) {
+            DecodeShape s = make_decode_shape(2, 4, 2, 1, 64, 1000, {1000, 203}, P);
+            const std::vector<float> K = fa::random_uniform(std::size_t(2) * 2 * 1000 * 64, 9, -1, 1);
+            const PagedCopy c = make_paged_copy(s, K, K, 13, NAN);
+            std::size_t wrong = 0, wrong_runs = 0;
+            for (int b = 0; b < s.B; ++b)
+                for (int h = 0; h < s.H_kv; ++h)
+                    for (int key0 = 0; key0 < s.lens[b]; key0 += Bc) {
+                        const int* table_row = &c.table[std::size_t(b) * s.max_pages()];
+                        std::set<int> runs;
+                        for (int i = 0; i < Bc && key0 + i < s.lens[b]; ++i) {
+                            const int run = tile_run(i, s.page_shift());
+                            runs.insert(run);
+                            const std::size_t at = tile_run_row(table_row, key0, run, s.page_shift(), h, s.H_kv, s.D) +
+                                                   std::size_t(row_in_run(i, s.page_shift())) * s.D;
+                            wrong += at != paged_row(table_row, key0 + i, s.page_shift(), h, s.H_kv, s.D);
+                        }
+                        const int full_runs = std::max(1, Bc / P);  // runs of a tile that the sequence fills
+                        wrong_runs += key0 + Bc <= s.lens[b] && int(runs.size()) != full_runs;
+                    }
+            INFO("page size " << P << ", B_c " << Bc);
+            CHECK(wrong == 0);
+            CHECK(wrong_runs == 0);
+        }
+}
+
 TEST_CASE("CPU mirror in fp32 (split/merge, paged) equals the float64 reference", "[ch10][cpu]") {
     DecodeShape s = make_decode_shape(4, 8, 2, 3, 64, 100000, lengths({1, 17, 4097, 100000}, 3));
     const DecodeProblem p = make_problem<__nv_bfloat16>(s, 3);
@@ -316,20 +346,26 @@ TEST_CASE("kernel 2 on the CPU emulator (split-KV and the combine)", "[ch10][cpu
 TEST_CASE("kernel 3 on the CPU emulator (GQA packing)", "[ch10][cpu][v3]") { emulated_cases<__nv_bfloat16>(kGqa); }
 TEST_CASE("kernel 4 on the CPU emulator (paged cache)", "[ch10][cpu][v4]") { emulated_cases<__nv_bfloat16>(kPaged); }
 TEST_CASE("kernel 5 on the CPU emulator (every tile candidate)", "[ch10][cpu][v5]") {
+    // Pages smaller than the tile (several runs per tile) and at least as large (one run): 32, 128,
+    // 16, 64 (< B_c = 128 of 8 warps), 256.
+    const std::vector<int> page_sizes = {32, 128, 16, 64, 256};
     for (int c = 0; c < int(tuning_candidates().size()); ++c) {
         DecodeShape s = make_decode_shape(2, 8, 2, 2, 128, 300, {300, 70});
         check_variant<__half, true>(kTuned, s, 0, Cut::kMany, c);
-        check_variant<__half, true>(kTuned, s, 32, Cut::kExtra, c);
+        check_variant<__half, true>(kTuned, s, page_sizes[std::size_t(c) % page_sizes.size()], Cut::kExtra, c);
     }
 }
-TEST_CASE("kernel 5 on the CPU emulator: the in-kernel combine's rows (one warp per row)", "[ch10][cpu][v5]") {
-    // The last block of a group gives its real rows to its warps, row r to warp r % warps: fewer
-    // rows than warps (g·q_len = 1, 3), more (8 warps and 4 warps with 16 rows), and a second row
-    // block holding fewer rows (g·q_len = 24: rows 16..23). D = 64 and 128 (float2, float4 lanes).
+TEST_CASE("kernel 5 on the CPU emulator: the in-kernel combine's rows (every thread merges)", "[ch10][cpu][v5]") {
+    // The last block of a group merges all its rows at once, row t / (threads/16) on thread t: fewer
+    // real rows than warps (g·q_len = 1, 3; padding rows' lanes only shuffle), more (16 rows: g = 8
+    // with q_len 2, g = 4 with q_len 4, g = 1 with q_len 16), and a second row block holding fewer
+    // rows (g·q_len = 24: rows 16..23). D = 64 and 128 (one or two float4 per lane at 16 lanes per
+    // row, two or four at 8).
     struct Case {
         int H_q, H_kv, q_len, D;
     };
-    for (const Case& k : {Case{2, 2, 1, 64}, Case{6, 2, 1, 128}, Case{8, 1, 2, 128}, Case{8, 1, 3, 64}})
+    for (const Case& k : {Case{2, 2, 1, 64}, Case{6, 2, 1, 128}, Case{8, 1, 2, 128}, Case{8, 1, 3, 64},
+                          Case{8, 2, 4, 128}, Case{2, 2, 16, 64}})
         for (int c : {0, 3}) {  // 4 and 8 warps
             DecodeShape s = make_decode_shape(2, k.H_q, k.H_kv, k.q_len, k.D, 1, lengths({200, 90}, k.q_len));
             s.N_max = s.max_len() + 2;
@@ -369,4 +405,39 @@ TEST_CASE("kernel 5 on the GPU: every tile candidate, large logits", "[ch10][gpu
         for (Cut cut : {Cut::kHeuristic, Cut::kMany}) check_variant<__nv_bfloat16, false>(kTuned, s, 0, cut, c);
     check_variant<__nv_bfloat16, false>(kTuned, s, 0, Cut::kHeuristic, -1, 8.0);
     check_variant<__half, false>(kTuned, s, 64, Cut::kMany, -1, 8.0);
+}
+TEST_CASE("kernel 5 on the GPU: the in-kernel combine at q_len 1, 4, 16 with g = 1, 4, 8", "[ch10][gpu][v5]") {
+    // g·q_len from 1 to 128 rows (up to 8 row blocks), fewer and more real rows than warps, split
+    // counts from the heuristic's to one tile per split (more than 16 splits per row), 4 and 8 warps.
+    REQUIRE(have_sm80());
+    const bool small = fa::test::small_shapes();
+    struct Heads {
+        int H_q, H_kv;
+    };
+    for (int q_len : {1, 4, 16})
+        for (const Heads& h : {Heads{2, 2}, Heads{8, 2}, Heads{16, 2}}) {  // g = 1, 4, 8
+            const std::vector<int> lens =
+                lengths(small ? std::vector<int>{1, 17, 300} : std::vector<int>{1, 17, 700, 4097}, q_len);
+            DecodeShape s = make_decode_shape(int(lens.size()), h.H_q, h.H_kv, q_len, 128, 1, lens);
+            s.N_max = s.max_len() + 1;
+            for (int c : {-1, 3})
+                for (Cut cut : {Cut::kHeuristic, Cut::kMany}) check_variant<__nv_bfloat16, false>(kTuned, s, 0, cut, c);
+        }
+}
+TEST_CASE("kernels 4 and 5 on the GPU: pages of 16, 32, 64, 256 tokens, lengths 1 to 100000", "[ch10][gpu][v4][v5]") {
+    // Pages smaller than a tile (several block-table entries per tile) and at least as large (one),
+    // shuffled in the pool, rows no sequence owns NaN; lengths that end inside a page.
+    REQUIRE(have_sm80());
+    const bool small = fa::test::small_shapes();
+    for (int q_len : {1, 4}) {
+        const std::vector<int> lens =
+            lengths(small ? std::vector<int>{1, 17, 300} : std::vector<int>{1, 17, 4097, 100000}, q_len);
+        DecodeShape s = make_decode_shape(int(lens.size()), 8, 2, q_len, 128, 1, lens);
+        s.N_max = s.max_len() + 3;
+        for (int P : {16, 32, 64, 256}) {
+            check_variant<__nv_bfloat16, false>(kPaged, s, P, Cut::kHeuristic);
+            for (int c : {-1, 3}) check_variant<__nv_bfloat16, false>(kTuned, s, P, Cut::kHeuristic, c);
+            check_variant<__half, false>(kTuned, s, P, Cut::kExtra);
+        }
+    }
 }

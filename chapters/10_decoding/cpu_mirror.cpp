@@ -1,7 +1,8 @@
 // Chapter 10 on the CPU: the float64 reference of a decoding step, and the mirror of the kernels'
 // algorithm in plain loops: the split plan of kernel/split_plan.h, each split's online softmax
-// (FlashAttention-2, Alg. 1) over tiles of B_c keys read through the contiguous or paged
-// addressing, and the splits merged with chapter 2's online state, as combine_kernel does.
+// (FlashAttention-2, Alg. 1) over tiles of B_c keys read through the contiguous or paged addressing
+// (a paged tile in runs of pool rows), and the splits merged with chapter 2's online state, as
+// combine_kernel does.
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
@@ -28,10 +29,15 @@ RowId row_id(const DecodeShape& s, std::size_t row) {
     return {int(row / (std::size_t(s.H_q) * s.q_len)), int(row / s.q_len % s.H_q), int(row % s.q_len)};
 }
 
-// Where key `key` of KV head h of sequence b lives in the cache as stored.
-std::size_t cache_row(const DecodeShape& s, const int* table, int b, int h, int key) {
-    if (s.paged()) return paged_row(table + std::size_t(b) * s.max_pages(), key, s.page_shift(), h, s.H_kv, s.D);
-    return contiguous_row(b, h, key, s.H_kv, s.N_max, s.D);
+// Where row c of the K/V tile from key k0 (a multiple of B_c) of KV head h of sequence b lives in
+// the cache as stored: a paged cache through the tile's runs of pool rows (split_plan.h), as the
+// kernels' load_paged_kv finds it.
+std::size_t cache_row(const DecodeShape& s, const int* table, int b, int h, int k0, int c) {
+    if (!s.paged()) return contiguous_row(b, h, k0 + c, s.H_kv, s.N_max, s.D);
+    const int shift = s.page_shift();
+    const std::size_t run = tile_run_row(table + std::size_t(b) * s.max_pages(), k0, tile_run(c, shift), shift, h,
+                                         s.H_kv, s.D);
+    return run + std::size_t(row_in_run(c, shift)) * s.D;
 }
 
 template <class T>
@@ -89,7 +95,7 @@ void mirror_decode(const DecodeShape& s, const SplitPlan& plan, int Bc, const fl
                 const int kn = std::min(Bc, k_end - k0);
                 float mx = -INFINITY;
                 for (int c = 0; c < kn; ++c) {  // line 8: S_ij = Q_i K_j^T (scaled)
-                    const float* kr = K + cache_row(s, table, id.b, h_kv, k0 + c);
+                    const float* kr = K + cache_row(s, table, id.b, h_kv, k0, c);
                     float dot = 0.0f;
                     for (int d = 0; d < D; ++d) dot += q[d] * kr[d];
                     Sr[c] = dot * s.scale;
@@ -103,7 +109,7 @@ void mirror_decode(const DecodeShape& s, const SplitPlan& plan, int Bc, const fl
                     const float p = std::exp(Sr[c] - m_new);
                     l += p;
                     const float pr = rounded<T>(p);  // P~ is rounded to T before P~ V
-                    const float* vr = V + cache_row(s, table, id.b, h_kv, k0 + c);
+                    const float* vr = V + cache_row(s, table, id.b, h_kv, k0, c);
                     for (int d = 0; d < D; ++d) o[d] += pr * vr[d];
                 }
                 m = m_new;

@@ -21,7 +21,8 @@
 /// columns 2t, 2t + 1 of each 8-column tile). After the last tile the warps merge their (m, l, O)
 /// through shared memory with chapter 2's merge; thread t then owns row t / (threads/16) and
 /// columns 4·(t % (threads/16)) + 4·(threads/16)·k of the block's output. Step 5's combine in the
-/// last block of a group: warp w merges the splits of real rows w, w + Warps, … (combine_row).
+/// last block of a group: thread t merges the splits of the same row t / (threads/16), each of the
+/// row's threads/16 lanes a share of its columns (combine_row).
 ///
 /// Grid: (splits, query-head groups × row blocks, B); block: Warps warps. Block (s, y, b) reads
 /// keys split_begin(s) .. split_end(s) of its KV head (split_plan.h); a split past the sequence's
@@ -73,24 +74,48 @@ constexpr float kNoKeyYet = -1e30f;
 
 #if FA_TC_SM80
 
-/// Step 4: a K or V tile from a paged cache: rows key0 .. key0 + B_c − 1 of KV head h, each row
-/// found through the block table, stored swizzled like chapter 7's load_tile (thread x moves
-/// 16-byte chunk x % (D/8) of rows x / (D/8) + k·(threads/(D/8))); keys ≥ key_end become zeros.
+/// Step 4: the K and V tiles of keys key0 .. key0 + B_c − 1 of KV head h from a paged cache,
+/// stored swizzled like chapter 7's load_tile; keys ≥ key_end become zeros (never read: past a
+/// sequence's length a page holds another sequence's rows, or nothing). The tile's keys lie in runs
+/// of consecutive pool rows (split_plan.h, tile_run): one block-table entry per run, shared by K
+/// and V, and inside a run the addressing of a contiguous cache. P ≥ B_c: the tile is one run, and
+/// load_tile reads it. P < B_c: B_c / P runs; thread x moves 16-byte chunk x % (D/8) of tile rows
+/// i = x / (D/8) + k·(threads/(D/8)), as load_tile does, and looks a run's page up once, at its
+/// first row among the thread's rows.
 template <class Cfg>
-__device__ __forceinline__ void load_paged_tile(uint16_t* tile, const uint16_t* pool, const int* table_row,
-                                                int key0, int key_end, int page_shift, int h, int H_kv) {
-    constexpr int D = Cfg::D, kChunks = D / 8, kRowsPerPass = Cfg::kThreads / kChunks;
-    static_assert(Cfg::Bc % kRowsPerPass == 0 && kRowsPerPass % 8 == 0, "load_paged_tile: whole passes");
+__device__ __forceinline__ void load_paged_kv(uint16_t* K_tile, uint16_t* V_tile, const DecodeParams& p,
+                                              const int* table_row, int key0, int key_end, int h) {
+    constexpr int D = Cfg::D, Bc = Cfg::Bc, kChunks = D / 8, kRowsPerPass = Cfg::kThreads / kChunks;
+    static_assert(Bc % kRowsPerPass == 0 && kRowsPerPass % 8 == 0, "load_paged_kv: whole passes");
+    const int shift = p.page_shift;
+    const int n = key_end - key0;  // rows of the tile that hold keys of the split
+    if (Bc <= (1 << shift)) {
+        const std::size_t run = tile_run_row(table_row, key0, 0, shift, h, p.H_kv, D);
+        tc::load_tile<Bc, D, Cfg::kThreads, true, tc::Copy::kAsync>(K_tile, p.K + run, 0, n);
+        tc::load_tile<Bc, D, Cfg::kThreads, true, tc::Copy::kAsync>(V_tile, p.V + run, 0, n);
+        return;
+    }
     const int r = int(threadIdx.x) / kChunks, col = 8 * (int(threadIdx.x) % kChunks);
-    uint16_t* dst = tile + tc::swizzle(r, col, D);
+    const int dst = tc::swizzle(r, col, D);
+    int run = -1;             // the run whose first row is at run_row
+    std::size_t run_row = 0;
     #pragma unroll
-    for (int k = 0; k < Cfg::Bc / kRowsPerPass; ++k) {
-        const int key = key0 + r + k * kRowsPerPass;
-        uint16_t* d = dst + k * kRowsPerPass * D;
-        if (key < key_end)
-            tc::cp_async_16(d, pool + paged_row(table_row, key, page_shift, h, H_kv, D) + col);
-        else
-            *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    for (int k = 0; k < Bc / kRowsPerPass; ++k) {
+        const int i = r + k * kRowsPerPass;
+        uint16_t* dK = K_tile + dst + k * kRowsPerPass * D;
+        uint16_t* dV = V_tile + dst + k * kRowsPerPass * D;
+        if (i < n) {
+            if (tile_run(i, shift) != run) {  // the first of the thread's rows in this run: its page
+                run = tile_run(i, shift);
+                run_row = tile_run_row(table_row, key0, run, shift, h, p.H_kv, D);
+            }
+            const std::size_t at = run_row + std::size_t(row_in_run(i, shift) * D + col);
+            tc::cp_async_16(dK, p.K + at);
+            tc::cp_async_16(dV, p.V + at);
+        } else {
+            *reinterpret_cast<uint4*>(dK) = make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4*>(dV) = make_uint4(0, 0, 0, 0);
+        }
     }
 }
 
@@ -190,41 +215,54 @@ __device__ __forceinline__ void prefetch_first_reads(const DecodeParams& p, cons
     }
 }
 
-/// The merge of one output row's n splits by one warp (step 2: combine_kernel; step 5: the last
-/// block of a group, one warp per row). The splits' logsumexps L_s are entries of one softmax:
-/// lane l pushes L_l, L_{l+32}, … into an online state (chapter 2, Alg. 1), the lanes' states meet
-/// with chapter 2's merge (Alg. 2) in a butterfly of xor shuffles, and then
-/// O = Σ_s e^{L_s − L} O_s = Σ_s state.prob(L_s)·O_s and L = state.logsumexp(). Lane l owns
-/// columns (D/32)·l .. (D/32)·l + D/32 − 1: one float4 (D = 128) or float2 (D = 64) of each O_s.
-/// Reads past L1 (load_cg): in step 5 other blocks wrote the partials during this kernel.
-template <class T, int D>
+/// The merge of one output row's n splits by `Lanes` consecutive lanes of a warp (step 2:
+/// combine_kernel, a warp per row; step 5: the last block of a group, threads/16 lanes per row, so
+/// that all the block's rows merge at once). The splits' logsumexps L_s are entries of one softmax:
+/// lane l pushes L_l, L_{l+Lanes}, … into an online state (chapter 2, Alg. 1), the row's lanes'
+/// states meet with chapter 2's merge (Alg. 2) in a butterfly of xor shuffles, and then
+/// O = Σ_s e^{L_s − L} O_s = Σ_s state.prob(L_s)·O_s and L = state.logsumexp(). Lane l owns the
+/// vectors l, l + Lanes, … of W = min(4, D/Lanes) floats of each O_s (one float4 at D = 128 with a
+/// warp per row, a float2 at D = 64; four float4 at D = 128 with 8 lanes); sixteen vectors are in
+/// flight per lane. Reads past L1 (load_cg): in step 5 other blocks wrote the partials during this
+/// kernel. n = 0: a padding row of step 5, whose lanes only take part in the shuffles.
+template <class T, int D, int Lanes>
 __device__ __forceinline__ void combine_row(const DecodeParams& p, std::size_t row, int n, int lane) {
-    constexpr int kPerLane = D / 32;
-    static_assert(kPerLane == 2 || kPerLane == 4, "combine_row: D = 64 or 128");
-    using Vec = std::conditional_t<kPerLane == 4, float4, float2>;
+    constexpr int kWidth = D / Lanes < 4 ? D / Lanes : 4, kVecs = D / (kWidth * Lanes);
+    [[maybe_unused]] constexpr int kSplitsInFlight = 16 / kVecs;  // the unroll below (g++ ignores it)
+    static_assert((kWidth == 2 || kWidth == 4) && kVecs * kWidth * Lanes == D && Lanes <= 32 &&
+                      (Lanes & (Lanes - 1)) == 0,
+                  "combine_row: whole float2 or float4 vectors per lane, a power-of-two number of lanes");
+    using Vec = std::conditional_t<kWidth == 4, float4, float2>;
     const float* Ls = p.L_part + row * p.splits;
     const Vec* Os = reinterpret_cast<const Vec*>(p.O_part + row * p.splits * D) + lane;
 
     ch2::OnlineState state;
-    for (int s = lane; s < n; s += 32) state.push(load_cg(Ls + s));
+    for (int s = lane; s < n; s += Lanes) state.push(load_cg(Ls + s));
     #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
+    for (int offset = Lanes / 2; offset > 0; offset >>= 1) {  // stays inside the row's lanes
         ch2::OnlineState other;
         other.m = __shfl_xor_sync(0xffffffffu, state.m, offset);
         other.d = __shfl_xor_sync(0xffffffffu, state.d, offset);
         state.merge(other);
     }
-    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    #pragma unroll 16
-    for (int s = 0; s < n; ++s) {  // unrolled: sixteen splits' loads in flight at once
+    float o[kVecs][kWidth] = {};
+    #pragma unroll (kSplitsInFlight)
+    for (int s = 0; s < n; ++s) {  // unrolled: sixteen vectors' loads in flight at once
         const float w = state.prob(load_cg(Ls + s));
-        const Vec v = load_cg(Os + std::size_t(s) * (D / kPerLane));
-        o[0] += w * v.x, o[1] += w * v.y;
-        if constexpr (kPerLane == 4) o[2] += w * v.z, o[3] += w * v.w;
+        #pragma unroll
+        for (int c = 0; c < kVecs; ++c) {
+            const Vec v = load_cg(Os + std::size_t(s) * (D / kWidth) + c * Lanes);
+            o[c][0] += w * v.x, o[c][1] += w * v.y;
+            if constexpr (kWidth == 4) o[c][2] += w * v.z, o[c][3] += w * v.w;
+        }
     }
+    if (n < 1) return;  // a padding row: nothing to write
     #pragma unroll
-    for (int e = 0; e < kPerLane; e += 2)
-        *reinterpret_cast<uint32_t*>(p.O + row * D + kPerLane * lane + e) = tc::pack2<T>(o[e], o[e + 1]);
+    for (int c = 0; c < kVecs; ++c)
+        #pragma unroll
+        for (int e = 0; e < kWidth; e += 2)
+            *reinterpret_cast<uint32_t*>(p.O + row * D + kWidth * (lane + c * Lanes) + e) =
+                tc::pack2<T>(o[c][e], o[c][e + 1]);
     if (lane == 0) p.L[row] = state.logsumexp();
 }
 
@@ -264,8 +302,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
     auto load_kv = [&](int j) {  // Alg. 1 line 7: K_j, V_j
         const int k0 = key_begin + j * Bc;
         if constexpr (Cfg::kPaged) {  // step 4: through the block table
-            load_paged_tile<Cfg>(K_stage(j), p.K, table_row, k0, key_end, p.page_shift, h_kv, p.H_kv);
-            load_paged_tile<Cfg>(K_stage(j) + Bc * D, p.V, table_row, k0, key_end, p.page_shift, h_kv, p.H_kv);
+            load_paged_kv<Cfg>(K_stage(j), K_stage(j) + Bc * D, p, table_row, k0, key_end, h_kv);
         } else {
             tc::load_tile<Bc, D, kThreads, true, tc::Copy::kAsync>(K_stage(j), Kh, k0, key_end);
             tc::load_tile<Bc, D, kThreads, true, tc::Copy::kAsync>(K_stage(j) + Bc * D, Vh, k0, key_end);
@@ -345,24 +382,26 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
     if (real_row) write_row<T, Cfg>(p, Ow, Mw, lw, row, c0, out_row, s, partial);
     if (!(partial && p.fused_combine)) return;
 
-    // step 5: the combine inside the last block of the group to finish (no second kernel). Each
-    // block's partials are made visible device-wide before it is counted; the block that counts
-    // the group's last split reads them all, past L1: warp w merges the block's real rows w,
-    // w + Warps, … (combine_row, the mapping of combine_kernel), so every warp has a row when
-    // there are at least as many rows as warps, and each lane keeps many splits' loads in flight.
+    // step 5: the combine inside the last block of the group to finish (no second kernel). The
+    // barrier orders every thread's partials before thread 0's release fence, and that fence before
+    // the count (cooperative groups' grid barrier does the same); the block that counts the group's
+    // last split resets the counter, fences (acquire) and reads the group's partials past L1. Every
+    // thread merges: thread t takes row t / (threads/16), as in write_row, with the row's
+    // threads/16 lanes (combine_row), so all the block's rows have their loads in flight at once.
     int* last = reinterpret_cast<int*>(Qs);  // the Q tile is no longer needed
-    __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
         int* counter = p.counters + std::size_t(b) * gridDim.y + blockIdx.y;
+        __threadfence();
         *last = atomicAdd(counter, 1) == splits_of(len, p.q_len, p.chunk) - 1;
         if (*last) *counter = 0;  // ready for the next launch
         __threadfence();
     }
     __syncthreads();
     if (*last)
-        for (int r = warp; r < kQRows && r0 + r < rows; r += Cfg::kWarps)
-            combine_row<T, D>(p, row0 + r0 + r, splits_of(len, p.q_len, p.chunk), lane);
+        combine_row<T, D, kThreadsPerRow>(p, real_row ? out_row : row0 + r0,
+                                          real_row ? splits_of(len, p.q_len, p.chunk) : 0,
+                                          int(threadIdx.x) % kThreadsPerRow);
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch (device_unsupported_reason)
 #endif
@@ -378,7 +417,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const DecodeParams p) {
     const std::size_t rows = std::size_t(p.B) * p.H_q * p.q_len;
     if (row >= rows) return;
     const int b = int(row / (std::size_t(p.H_q) * p.q_len));
-    combine_row<T, D>(p, row, splits_of(p.lens[b], p.q_len, p.chunk), int(threadIdx.x) % 32);
+    combine_row<T, D, 32>(p, row, splits_of(p.lens[b], p.q_len, p.chunk), int(threadIdx.x) % 32);
 #else
     __trap();
 #endif

@@ -46,4 +46,18 @@ FA_HOST_DEVICE inline std::size_t paged_row(const int* table_row, int key, int p
     return ((std::size_t(page) * H_kv + h) * (std::size_t(1) << page_shift) + std::size_t(slot)) * std::size_t(D);
 }
 
+/// A K/V tile of a paged cache: keys key0 .. key0 + B_c − 1, key0 a multiple of B_c (tiles start
+/// at split_begin + j·B_c, and a chunk is a multiple of B_c). P and B_c are powers of two, so the
+/// tile's keys lie in runs of consecutive pool rows, one block-table entry per run: one run when
+/// P ≥ B_c (a page holds whole tiles), else B_c / P runs of one page each. Row i of the tile is row
+/// row_in_run(i) of run tile_run(i); the run's first row is at tile_run_row.
+FA_HOST_DEVICE constexpr int tile_run(int i, int page_shift) { return i >> page_shift; }
+FA_HOST_DEVICE constexpr int row_in_run(int i, int page_shift) { return i & ((1 << page_shift) - 1); }
+
+/// Element offset of the first row of run `run` of the tile from key0 (paged_row of its first key).
+FA_HOST_DEVICE inline std::size_t tile_run_row(const int* table_row, int key0, int run, int page_shift, int h,
+                                               int H_kv, int D) {
+    return paged_row(table_row, key0 + (run << page_shift), page_shift, h, H_kv, D);
+}
+
 }  // namespace ch10
