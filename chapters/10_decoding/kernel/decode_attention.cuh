@@ -228,7 +228,7 @@ __device__ __forceinline__ void prefetch_first_reads(const DecodeParams& p, cons
 template <class T, int D, int Lanes>
 __device__ __forceinline__ void combine_row(const DecodeParams& p, std::size_t row, int n, int lane) {
     constexpr int kWidth = D / Lanes < 4 ? D / Lanes : 4, kVecs = D / (kWidth * Lanes);
-    [[maybe_unused]] constexpr int kSplitsInFlight = 16 / kVecs;  // the unroll below (g++ ignores it)
+    constexpr int kBatch = 16 / kVecs;  // splits per batch of loads: sixteen vectors in flight per lane
     static_assert((kWidth == 2 || kWidth == 4) && kVecs * kWidth * Lanes == D && Lanes <= 32 &&
                       (Lanes & (Lanes - 1)) == 0,
                   "combine_row: whole float2 or float4 vectors per lane, a power-of-two number of lanes");
@@ -245,16 +245,30 @@ __device__ __forceinline__ void combine_row(const DecodeParams& p, std::size_t r
         other.d = __shfl_xor_sync(0xffffffffu, state.d, offset);
         state.merge(other);
     }
+    // O = Σ_s prob(L_s)·O_s in batches of kBatch splits: a batch's loads are all issued before the
+    // first is used, so a lane waits for one round trip to L2 per batch, not one per split (an
+    // unrolled loop that loads and uses each split in turn was measured to wait for each).
     float o[kVecs][kWidth] = {};
-    #pragma unroll (kSplitsInFlight)
-    for (int s = 0; s < n; ++s) {  // unrolled: sixteen vectors' loads in flight at once
-        const float w = state.prob(load_cg(Ls + s));
+    for (int s0 = 0; s0 < n; s0 += kBatch) {
+        float L_b[kBatch] = {};
+        Vec O_b[kBatch][kVecs] = {};
         #pragma unroll
-        for (int c = 0; c < kVecs; ++c) {
-            const Vec v = load_cg(Os + std::size_t(s) * (D / kWidth) + c * Lanes);
-            o[c][0] += w * v.x, o[c][1] += w * v.y;
-            if constexpr (kWidth == 4) o[c][2] += w * v.z, o[c][3] += w * v.w;
-        }
+        for (int i = 0; i < kBatch; ++i)
+            if (s0 + i < n) {
+                L_b[i] = load_cg(Ls + s0 + i);
+                #pragma unroll
+                for (int c = 0; c < kVecs; ++c) O_b[i][c] = load_cg(Os + std::size_t(s0 + i) * (D / kWidth) + c * Lanes);
+            }
+        #pragma unroll
+        for (int i = 0; i < kBatch; ++i)
+            if (s0 + i < n) {
+                const float w = state.prob(L_b[i]);
+                #pragma unroll
+                for (int c = 0; c < kVecs; ++c) {
+                    o[c][0] += w * O_b[i][c].x, o[c][1] += w * O_b[i][c].y;
+                    if constexpr (kWidth == 4) o[c][2] += w * O_b[i][c].z, o[c][3] += w * O_b[i][c].w;
+                }
+            }
     }
     if (n < 1) return;  // a padding row: nothing to write
     #pragma unroll
