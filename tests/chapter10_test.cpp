@@ -308,7 +308,7 @@ TEST_CASE("CPU mirror in fp32 (split/merge, paged) equals the float64 reference"
         }
 }
 
-TEST_CASE("split heuristic: one wave of equal shares, whole tiles, one split for small work", "[ch10][cpu]") {
+TEST_CASE("split heuristic: one wave of equal shares, whole tiles, one split for small work, no second wave", "[ch10][cpu]") {
     const DecodeShape one = make_decode_shape(1, 32, 8, 1, 128, 32768, {32768});
     const SplitPlan p = plan_splits(one, 8, 64, 264);
     CHECK(p.chunk % 64 == 0);
@@ -322,6 +322,17 @@ TEST_CASE("split heuristic: one wave of equal shares, whole tiles, one split for
     CHECK(splits_of(1, 1, m.chunk) == 1);
     CHECK(m.splits == splits_of(100000, 1, m.chunk));  // the long sequence gets the splits
     CHECK(plan_with_splits(one, 16, 64).splits == 16);
+    // Shares rounded up to whole tiles must not spill into a second wave: 131072 keys over 132 SMs
+    // are 7944 per block, 8000 in whole tiles, 17 splits per group and 136 blocks; 16 fit.
+    const DecodeShape longer = make_decode_shape(1, 32, 8, 1, 128, 131072, {131072});
+    const SplitPlan l = plan_splits(longer, 8, 64, 132);
+    CHECK(l.splits == 16);
+    CHECK(l.chunk == 8192);
+    const SplitPlan m132 = plan_splits(mixed, 8, 64, 132);
+    int blocks = 0;
+    for (int len : mixed.lens) blocks += 8 * splits_of(len, 1, m132.chunk);
+    CHECK(blocks <= 132);
+    CHECK(blocks > 132 - 8 * 4);  // and not far fewer: the long sequence keeps most of the SMs
 }
 
 TEST_CASE("bad input: one clear message", "[ch10][cpu]") {

@@ -136,12 +136,34 @@ SplitPlan plan_with_splits(const DecodeShape& s, int n, int Bc) {
     return plan_with_chunk(s, fa::ceil_div(s.max_len() - s.q_len + 1, std::max(1, n)), Bc);
 }
 
+namespace {
+// Blocks of the grid that have keys to read with `chunk` keys per split.
+long long busy_blocks(const DecodeShape& s, int groups, int chunk) {
+    long long blocks = 0;
+    for (int len : s.lens) blocks += groups * static_cast<long long>(splits_of(len, s.q_len, chunk));
+    return blocks;
+}
+}  // namespace
+
 SplitPlan plan_splits(const DecodeShape& s, int groups, int Bc, int slots) {
     double work = 0;  // key rows all blocks read together
     for (int len : s.lens) work += double(groups) * len;
     const double share = work / std::max(1, slots);
-    const int chunk = int(std::min<double>(share, s.max_len()));
-    return plan_with_chunk(s, std::max(kMinChunkTiles * Bc, chunk), Bc);
+    int chunk = std::max(kMinChunkTiles * Bc, int(std::min<double>(share, s.max_len())));
+    chunk = fa::ceil_div(chunk, Bc) * Bc;
+    // Rounded up to whole tiles the shares can still need a few blocks more than there are SMs
+    // (one more split per group): the smallest chunk of whole tiles that fits one wave, found by
+    // bisection (busy_blocks only falls as the chunk grows), unless one split per sequence does not.
+    const int top = fa::ceil_div(s.max_len(), Bc) * Bc;
+    if (chunk < top && busy_blocks(s, groups, chunk) > slots) {
+        int lo = chunk, hi = top;  // busy_blocks(lo) > slots; hi: one split for every sequence
+        while (hi - lo > Bc) {
+            const int mid = lo + (hi - lo) / Bc / 2 * Bc;
+            (busy_blocks(s, groups, mid) > slots ? lo : hi) = mid;
+        }
+        chunk = hi;
+    }
+    return plan_with_chunk(s, chunk, Bc);
 }
 
 int heads_per_block(int variant, const DecodeShape& s) { return variant >= kGqa ? s.g() : 1; }

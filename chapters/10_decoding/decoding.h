@@ -82,7 +82,8 @@ struct SplitPlan {
 /// The split heuristic (README, "How many splits"): give every SM one block's equal share of the
 /// keys. With W = Σ_b groups·lens[b] key rows to read and `slots` SMs, chunk = W / slots rounded
 /// up to B_c, at least kMinChunkTiles·B_c (a split must outweigh its pipeline fill and merge), and
-/// one split when that covers the longest sequence. `groups` = blocks per sequence and split
+/// one split when that covers the longest sequence; if the rounding to whole tiles leaves more
+/// blocks than `slots`, the smallest chunk of whole tiles that fits them. `groups` = blocks per sequence and split
 /// (query-head groups × row blocks). More blocks per SM than one measured slower (README's sweep),
 /// and so did a floor of 1024 keys for kernels 3, 4 and paged caches at N = 4096 and 8192.
 SplitPlan plan_splits(const DecodeShape& s, int groups, int Bc, int slots);
