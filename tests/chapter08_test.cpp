@@ -4,8 +4,9 @@
 // the transposed dS fragment addressing, the O(N) workspace, argument checks, and every kernel
 // variant run by the CPU emulator (the kernels' own source, lane by lane) with both dQ strategies.
 // [gpu]: every variant and both dQ strategies on the course's shape grid in fp16 and bf16 against
-// the 2× rule, large inputs, every tile candidate of step 5, the vector dQ atomic candidates on the
-// grid, and the dQ workspace zeroed per run. [gpu][sm90]: sm_90 code runs the vector atomics.
+// the 2× rule, large inputs, every tile candidate of steps 5 and 6, the vector dQ atomic candidates
+// and step 6's candidates on the grid, and the dQ workspace zeroed per run. [gpu][sm90]: sm_90 code
+// runs the vector atomics.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -248,9 +249,12 @@ TEST_CASE("ch8: the workspace is O(N) and unsupported shapes are refused with a 
     }
     CHECK(unsupported_reason(kTuned, fa::make_shape(1, 1, 100, 64, false)).empty());
     CHECK_FALSE(unsupported_reason(kTuned, fa::make_shape(1, 1, 100, 96, false)).empty());
-    CHECK_FALSE(unsupported_reason(6, fa::make_shape(1, 1, 100, 64, false)).empty());
+    CHECK_FALSE(unsupported_reason(kLastVariant + 1, fa::make_shape(1, 1, 100, 64, false)).empty());
     CHECK_FALSE(unsupported_reason(kCpAsync, fa::make_shape(1, 1, 100, 64, false), 0).empty());
     CHECK_FALSE(unsupported_reason(kTuned, fa::make_shape(1, 1, 100, 64, false), 99).empty());
+    // step 6: two candidates per head dim
+    CHECK(unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 128, false), 1).empty());
+    CHECK_FALSE(unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 64, false), 2).empty());
 }
 
 TEST_CASE("ch8 emulated: kernel 1 (direct port), both dQ strategies", "[cpu][chapter8][v1]") {
@@ -281,6 +285,78 @@ TEST_CASE("ch8 emulated: kernel 5 (tuned), every candidate", "[cpu][chapter8][v5
                 CHECK(v.ok);
             }
         }
+}
+
+TEST_CASE("ch8 emulated: kernel 6 (FA2's warp layout), both dQ strategies, every candidate", "[cpu][chapter8][v6]") {
+    check_emulated<__nv_bfloat16>(kFa2Layout, kAtomic);
+    check_emulated<__half>(kFa2Layout, kSplit);
+    // the candidates after the first
+    for (int D : {64, 128})
+        for (int k = 1; k < int(tuning_candidates(D, kFa2Layout).size()); ++k)
+            for (int strategy : {kAtomic, kSplit})
+                for (const fa::AttnShape& s : emulated_shapes(D)) {
+                    const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 11 + std::uint64_t(s.N));
+                    const ch7::RuleVerdict v = low_precision_rule(run_emulated(kFa2Layout, strategy, c, k), c.mirror);
+                    INFO(s.str() << " candidate " << k << " " << tuning_candidates(D, kFa2Layout)[std::size_t(k)].str()
+                                 << " dq " << strategy_name(strategy) << "\n" << v.text);
+                    CHECK(v.ok);
+                }
+}
+
+TEST_CASE("ch8 emulated: kernel 6 computes step 5's c9 arithmetic bit for bit, in another warp layout",
+          "[cpu][chapter8][v6]") {
+    // Step 6 moves work between warps, not arithmetic: every element of Sᵀ and dPᵀ is the same
+    // mma sum over d, P and dS are rounded to 16 bits at the same point (the mirror's), dK_j and
+    // dV_j add the queries 16 at a time in ascending order (c9: passes of 32 in tiles of 128; step
+    // 6: tiles of 64), and line 15 adds each key block's dS K_j once per element. Causal
+    // blocks that c9 skips step 6 multiplies by zero, which adds +0 exactly. So the emulator's
+    // dQ, dK, dV of every step 6 candidate equal c9's bit for bit; a misplaced Pᵀ/dSᵀ element, a
+    // wrong column slice or a missing barrier shows here as a difference.
+    for (int D : {64, 128})
+        for (bool causal : {false, true})
+            for (int N : {17, 150}) {
+                const fa::AttnShape s = fa::make_shape(N == 17 ? 2 : 1, N == 150 ? 2 : 1, N, D, causal);
+                const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 29 + std::uint64_t(N));
+                for (int strategy : {kAtomic, kSplit}) {
+                    const HostRun<__nv_bfloat16> ref = emulate(kTuned, strategy, c, 9);
+                    for (int k = 0; k < int(tuning_candidates(D, kFa2Layout).size()); ++k) {
+                        const HostRun<__nv_bfloat16> h = emulate(kFa2Layout, strategy, c, k);
+                        std::size_t differ[3] = {0, 0, 0};
+                        for (std::size_t e = 0; e < h.dQ.size(); ++e) {
+                            differ[0] += fa::to_float(h.dQ[e]) != fa::to_float(ref.dQ[e]);
+                            differ[1] += fa::to_float(h.dK[e]) != fa::to_float(ref.dK[e]);
+                            differ[2] += fa::to_float(h.dV[e]) != fa::to_float(ref.dV[e]);
+                        }
+                        INFO(s.str() << " dq " << strategy_name(strategy) << " candidate " << k << " "
+                                     << tuning_candidates(D, kFa2Layout)[std::size_t(k)].str()
+                                     << "\nelements unlike c9's: dQ " << differ[0] << ", dK " << differ[1] << ", dV "
+                                     << differ[2] << " of " << h.dQ.size());
+                        CHECK(differ[0] == 0);
+                        CHECK(differ[1] == 0);
+                        CHECK(differ[2] == 0);
+                    }
+                }
+            }
+}
+
+TEST_CASE("ch8: step 6's candidates: the warp grid, B_c, and what the tiles say", "[cpu][chapter8]") {
+    for (int D : {64, 128}) {
+        const std::vector<BwdTiles> all = tuning_candidates(D, kFa2Layout);
+        CHECK(all.size() == 2u);
+        for (const BwdTiles& t : all) {
+            INFO("D " << D << " " << t.str());
+            CHECK(t.key_warps == 4);
+            CHECK(t.warps == 8);
+            CHECK(t.Bc() == 128);
+            CHECK(t.dq_m == 2);
+            CHECK(t.Br == (D == 64 ? 128 : 64));
+            CHECK(t.str().find("8 warps as 4 (keys) x 2 (queries; D for dK, dV)") != std::string::npos);
+        }
+        CHECK(tuned_candidate(D, kFa2Layout) == 0);
+        CHECK(variant_name(kFa2Layout) == "6-fa2-layout");
+    }
+    // steps 1–5 keep 16 keys per warp
+    for (const BwdTiles& t : tuning_candidates(128)) CHECK(t.Bc() == 16 * t.warps);
 }
 
 TEST_CASE("ch8: step 5's vector dQ atomic candidates: widths, scalar twins, and what the tiles say",
@@ -366,28 +442,36 @@ struct DeviceCase {
 };
 
 // Kernels (variant, candidate) × both strategies on the course's grid (D = 64, 128) with the 2×
-// rule; each shape's case (reference and mirror) made once. magnitude 8: large logits.
+// rule; each shape's case (reference and mirror) made once. magnitude 8: large logits. With
+// every_candidate, kernels 5 and 6 run each of their candidates (otherwise their default).
 template <class T>
-void check_grid(const std::vector<int>& variants, double magnitude = 1.0) {
+void check_grid(const std::vector<int>& variants, double magnitude = 1.0, bool every_candidate = false) {
     std::vector<fa::AttnShape> shapes = fa::test::shape_grid({64, 128});
     for (const fa::AttnShape& s : shapes) {
         const Case<T> c = make_case<T>(s, 7 + std::uint64_t(s.N), magnitude, true);
         DeviceCase<T> d(c);
-        for (int variant : variants)
-            for (int strategy : {kAtomic, kSplit}) {
-                const ch7::RuleVerdict v = low_precision_rule(d.run(variant, strategy, c), c.mirror);
-                INFO(fa::dtype_name<T>() << " " << s.str() << " magnitude " << magnitude << " kernel "
-                                         << variant_name(variant) << " dq " << strategy_name(strategy) << "\n"
-                                         << v.text);
-                CHECK(v.ok);
+        for (int variant : variants) {
+            std::vector<int> candidates = {-1};
+            if (every_candidate && variant >= kTuned) {
+                candidates.clear();
+                for (int k = 0; k < int(tuning_candidates(s.D, variant).size()); ++k) candidates.push_back(k);
             }
+            for (int k : candidates)
+                for (int strategy : {kAtomic, kSplit}) {
+                    const ch7::RuleVerdict v = low_precision_rule(d.run(variant, strategy, c, k), c.mirror);
+                    INFO(fa::dtype_name<T>() << " " << s.str() << " magnitude " << magnitude << " kernel "
+                                             << variant_name(variant) << " candidate " << k << " dq "
+                                             << strategy_name(strategy) << "\n" << v.text);
+                    CHECK(v.ok);
+                }
+        }
     }
 }
 
 std::vector<int> all_variants() {
     // under the sanitizer (small shapes) the first and the last step; otherwise every step
-    if (fa::test::small_shapes()) return {kDirect, kTuned};
-    return {kDirect, kLdmatrix, kCpAsync, kRegisters, kTuned};
+    if (fa::test::small_shapes()) return {kDirect, kTuned, kFa2Layout};
+    return {kDirect, kLdmatrix, kCpAsync, kRegisters, kTuned, kFa2Layout};
 }
 
 }  // namespace
@@ -429,26 +513,40 @@ TEST_CASE("ch8 GPU: kernel 5 (tuned) alone on the shape grid (make test-chapter8
     check_grid<__half>({5});
 }
 
+TEST_CASE("ch8 GPU: kernel 6 (FA2's warp layout), every candidate, on the shape grid (2x rule)", "[gpu][chapter8][v6]") {
+    REQUIRE(have_sm80());
+    check_grid<__nv_bfloat16>({kFa2Layout}, 1.0, true);
+    check_grid<__half>({kFa2Layout}, 1.0, true);
+}
+
+TEST_CASE("ch8 GPU: large logits (inputs of magnitude 8), kernel 6's candidates", "[gpu][chapter8][v6]") {
+    REQUIRE(have_sm80());
+    check_grid<__nv_bfloat16>({kFa2Layout}, 8.0, true);
+    check_grid<__half>({kFa2Layout}, 8.0, true);
+}
+
 TEST_CASE("ch8 GPU: large logits (inputs of magnitude 8), tuned kernel", "[gpu][chapter8]") {
     REQUIRE(have_sm80());
     check_grid<__nv_bfloat16>({kTuned}, 8.0);
     check_grid<__half>({kTuned}, 8.0);
 }
 
-TEST_CASE("ch8 GPU: every tile candidate of step 5", "[gpu][chapter8]") {
+TEST_CASE("ch8 GPU: every tile candidate of steps 5 and 6", "[gpu][chapter8]") {
     REQUIRE(have_sm80());
     for (int D : {64, 128})
         for (bool causal : {false, true}) {
             const fa::AttnShape s = fa::make_shape(2, 3, fa::test::small_shapes() ? 113 : 1023, D, causal);
             const Case<__half> c = make_case<__half>(s, 9, 1.0, true);
             DeviceCase<__half> d(c);
-            for (int k = 0; k < int(tuning_candidates(D).size()); ++k)
-                for (int strategy : {kAtomic, kSplit}) {
-                    const ch7::RuleVerdict v = low_precision_rule(d.run(kTuned, strategy, c, k), c.mirror);
-                    INFO(s.str() << " candidate " << k << " " << tuning_candidates(D)[std::size_t(k)].str() << " dq "
-                                 << strategy_name(strategy) << "\n" << v.text);
-                    CHECK(v.ok);
-                }
+            for (int variant : {kTuned, kFa2Layout})
+                for (int k = 0; k < int(tuning_candidates(D, variant).size()); ++k)
+                    for (int strategy : {kAtomic, kSplit}) {
+                        const ch7::RuleVerdict v = low_precision_rule(d.run(variant, strategy, c, k), c.mirror);
+                        INFO(s.str() << " kernel " << variant << " candidate " << k << " "
+                                     << tuning_candidates(D, variant)[std::size_t(k)].str() << " dq "
+                                     << strategy_name(strategy) << "\n" << v.text);
+                        CHECK(v.ok);
+                    }
         }
 }
 

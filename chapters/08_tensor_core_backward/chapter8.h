@@ -26,9 +26,10 @@ enum Variant : int {
     kCpAsync = 3,    ///< + cp.async double buffering of Q_i, dO_i, L_i, D_i
     kRegisters = 4,  ///< + Pᵀ, dSᵀ kept in registers as A operands
     kTuned = 5,      ///< + tiles per head dim (--sweep)
+    kFa2Layout = 6,  ///< FA2's warp layout: 32-row warp tiles, Pᵀ and dSᵀ exchanged through shared memory
 };
 constexpr int kFirstVariant = kDirect;
-constexpr int kLastVariant = kTuned;
+constexpr int kLastVariant = kFa2Layout;
 
 /// How dQ is accumulated (chapter 6's two ways).
 enum DqStrategy : int {
@@ -40,11 +41,11 @@ const char* strategy_name(int strategy);
 /// "3-cp-async".
 std::string variant_name(int variant);
 
-/// Step 5's search space for head dim D, as compiled for sm_90 and the emulator (dq_vec_run =
-/// dq_vec); tuned_candidate(D) indexes the default.
-std::vector<BwdTiles> tuning_candidates(int D);
-int tuned_candidate(int D);
-/// The tiles of `variant` (for kTuned: candidate `candidate`, −1 the default) as they run: with a
+/// The candidates of step 5 (or of step 6: variant kFa2Layout) for head dim D, as compiled for sm_90
+/// and the emulator (dq_vec_run = dq_vec); tuned_candidate(D, variant) indexes the default.
+std::vector<BwdTiles> tuning_candidates(int D, int variant = kTuned);
+int tuned_candidate(int D, int variant = kTuned);
+/// The tiles of `variant` (for kTuned and kFa2Layout: candidate `candidate`, −1 the default) as they run: with a
 /// GPU, dq_vec_run is the dQ atomic width of the code the GPU runs (1 before sm_90); without one,
 /// the emulator's (dq_vec).
 BwdTiles tiles(int variant, int D, int candidate = -1);

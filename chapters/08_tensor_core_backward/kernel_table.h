@@ -11,6 +11,7 @@
 #include "../../common/math.h"
 #include "chapter8.h"
 #include "kernel/backward.cuh"
+#include "kernel/backward_fa2.cuh"
 #include "kernel/candidates.h"
 
 namespace ch8 {
@@ -34,9 +35,14 @@ template <class T, class Pair>
 KernelEntry entry_of() {
     using B = typename Pair::BwdCfg;
     using Q = typename Pair::DqCfg;
-    return {B::tiles(Q::kThreads / 32, Q::Bc), B::kSmemBytes, Q::kSmemBytes,
-            dkdv_kernel<T, B, true>, dkdv_kernel<T, typename B::ScalarDq, false>, dq_kernel<T, Q>,
-            preprocess_kernel<T, B::D>, convert_dq_kernel<T>};
+    if constexpr (B::kStep == 6)  // step 6: FA2's warp layout is a dK/dV kernel of its own
+        return {B::tiles(Q::kThreads / 32, Q::Bc), B::kSmemBytes, Q::kSmemBytes,
+                dkdv_fa2_kernel<T, B, true>, dkdv_fa2_kernel<T, typename B::ScalarDq, false>, dq_kernel<T, Q>,
+                preprocess_kernel<T, B::D>, convert_dq_kernel<T>};
+    else  // steps 1–5: dkdv_kernel
+        return {B::tiles(Q::kThreads / 32, Q::Bc), B::kSmemBytes, Q::kSmemBytes,
+                dkdv_kernel<T, B, true>, dkdv_kernel<T, typename B::ScalarDq, false>, dq_kernel<T, Q>,
+                preprocess_kernel<T, B::D>, convert_dq_kernel<T>};
 }
 
 /// The entries of a list of KernelPairs, in order.
@@ -51,17 +57,21 @@ const std::vector<KernelEntry>& kernel_ladder(int D) {
     static const std::vector<KernelEntry> l64 = entries_of<T>(Ladder<64>{}), l128 = entries_of<T>(Ladder<128>{});
     return D == 64 ? l64 : l128;
 }
+/// The candidates of step 5 or 6 (variant).
 template <class T>
-const std::vector<KernelEntry>& kernel_candidates(int D) {
+const std::vector<KernelEntry>& kernel_candidates(int variant, int D) {
     static const std::vector<KernelEntry> c64 = entries_of<T>(Candidates64{}), c128 = entries_of<T>(Candidates128{});
+    static const std::vector<KernelEntry> f64 = entries_of<T>(Fa2Candidates64{}),
+                                          f128 = entries_of<T>(Fa2Candidates128{});
+    if (variant == kFa2Layout) return D == 64 ? f64 : f128;
     return D == 64 ? c64 : c128;
 }
 
 /// The kernels for (variant, D, candidate); the arguments must be valid (unsupported_reason empty).
 template <class T>
 KernelEntry kernel_entry(int variant, int D, int candidate) {
-    if (variant != kTuned) return kernel_ladder<T>(D)[std::size_t(variant - 1)];
-    return kernel_candidates<T>(D)[std::size_t(candidate >= 0 ? candidate : tuned_candidate(D))];
+    if (variant < kTuned) return kernel_ladder<T>(D)[std::size_t(variant - 1)];
+    return kernel_candidates<T>(variant, D)[std::size_t(candidate >= 0 ? candidate : tuned_candidate(D, variant))];
 }
 
 /// The kernels' parameters for device (or, emulated, host) arrays.

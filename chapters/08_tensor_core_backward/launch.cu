@@ -16,15 +16,20 @@ namespace ch8 {
 const char* strategy_name(int strategy) { return strategy == kAtomic ? "atomic" : "split"; }
 
 std::string variant_name(int variant) {
-    static const char* names[] = {"1-direct-port", "2-ldmatrix-swizzle", "3-cp-async", "4-registers", "5-tuned"};
+    static const char* names[] = {"1-direct-port", "2-ldmatrix-swizzle", "3-cp-async", "4-registers", "5-tuned",
+                                  "6-fa2-layout"};
     if (variant < kFirstVariant || variant > kLastVariant) return "unknown";
     return names[variant - 1];
 }
 
 std::string BwdTiles::str() const {
-    char buf[192];
-    std::snprintf(buf, sizeof buf, "B_c x B_r = %d x %d (passes of %d), %d warps, %d stage%s, K/V in %s; dQ kernel %d x %d",
-                  Bc(), Br, sub, warps, stages, stages > 1 ? "s" : "", kv_in_regs ? "registers" : "smem",
+    char layout[96] = "";
+    if (key_warps > 0)  // step 6: the warp grid
+        std::snprintf(layout, sizeof layout, " as %d (keys) x %d (queries; D for dK, dV)", key_warps,
+                      warps / key_warps);
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "B_c x B_r = %d x %d (passes of %d), %d warps%s, %d stage%s, K/V in %s; dQ kernel %d x %d",
+                  Bc(), Br, sub, warps, layout, stages, stages > 1 ? "s" : "", kv_in_regs ? "registers" : "smem",
                   16 * dq_warps, dq_Bc);
     std::string out = buf;
     if (dq_vec > 1) out += "; dQ atomics float" + std::to_string(dq_vec);
@@ -33,14 +38,17 @@ std::string BwdTiles::str() const {
     return out;
 }
 
-std::vector<BwdTiles> tuning_candidates(int D) {
+std::vector<BwdTiles> tuning_candidates(int D, int variant) {
     std::vector<BwdTiles> out;
-    if (D != 64 && D != 128) return out;
-    for (const KernelEntry& e : kernel_candidates<__half>(D)) out.push_back(e.tiles);
+    if ((D != 64 && D != 128) || (variant != kTuned && variant != kFa2Layout)) return out;
+    for (const KernelEntry& e : kernel_candidates<__half>(variant, D)) out.push_back(e.tiles);
     return out;
 }
 
-int tuned_candidate(int D) { return D == 64 ? kTunedCandidate64 : kTunedCandidate128; }
+int tuned_candidate(int D, int variant) {
+    if (variant == kFa2Layout) return 0;  // step 6: not yet timed, its first candidate
+    return D == 64 ? kTunedCandidate64 : kTunedCandidate128;
+}
 
 namespace {
 
@@ -85,10 +93,13 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
                       "compiled for D = 64 and D = 128", s.D);
         return buf;
     }
-    const int n = int(tuning_candidates(s.D).size());
-    if (candidate >= 0 && (variant != kTuned || candidate >= n)) {
-        std::snprintf(buf, sizeof buf, "tile candidate %d: only kernel 5 has candidates, 0..%d for D = %d",
-                      candidate, n - 1, s.D);
+    const int n = int(tuning_candidates(s.D, variant).size());
+    if (candidate >= 0 && candidate >= n) {
+        if (n == 0)
+            std::snprintf(buf, sizeof buf, "tile candidate %d: only kernels 5 and 6 have candidates", candidate);
+        else
+            std::snprintf(buf, sizeof buf, "tile candidate %d: kernel %d has candidates 0..%d for D = %d", candidate,
+                          variant, n - 1, s.D);
         return buf;
     }
     if (s.N < 1 || s.B < 1 || s.H < 1 || s.B > 65535 || s.H > 65535 ||

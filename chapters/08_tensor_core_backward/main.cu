@@ -2,9 +2,10 @@
 //
 //   make chapter8 && ./chapter8                                  kernel 5 (tuned), bf16, D = 64, both dQ strategies
 //   ./chapter8 --kernel 2 --dtype fp16 --dim 128 --causal        one step of the ladder
+//   ./chapter8 --kernel 6 --tiles 1 --dim 64                     step 6 (FA2's warp layout), candidate 1
 //   ./chapter8 --ladder --bench --seq 8192 --batch 2 --heads 16 --dim 128
 //                                                                every step, and the mma.sync rate
-//   ./chapter8 --sweep --seq 8192 --batch 2 --heads 16 --dim 128 time step 5's tile candidates
+//   ./chapter8 --sweep --seq 8192 --batch 2 --heads 16 --dim 128 time the tile candidates of steps 5 and 6
 //   ./chapter8 --fp32 --train ...                                also chapter 6's fp32 backward, and
 //                                                                forward + backward together
 //
@@ -50,7 +51,8 @@ std::vector<Job> jobs_of(const Options& o, int D) {
         if (o.ladder)
             for (int v = ch8::kFirstVariant; v <= ch8::kLastVariant; ++v) jobs.push_back({v, -1, st});
         if (o.sweep)
-            for (int c = 0; c < int(ch8::tuning_candidates(D).size()); ++c) jobs.push_back({ch8::kTuned, c, st});
+            for (int v : {ch8::kTuned, ch8::kFa2Layout})
+                for (int c = 0; c < int(ch8::tuning_candidates(D, v).size()); ++c) jobs.push_back({v, c, st});
         if (!o.ladder && !o.sweep) jobs.push_back({o.kernel, o.tiles, st});
     }
     return jobs;
@@ -222,12 +224,14 @@ int main(int argc, char** argv) {
     fa::add_attention_options(cli, attn);
     Options o;
     cli.option("--dtype", &o.dtype, "element type of Q, K, V, O, dO and the gradients: fp16 or bf16");
-    cli.option("--kernel", &o.kernel, "1 direct port, 2 ldmatrix+swizzle, 3 cp.async, 4 P/dS in registers, 5 tuned",
+    cli.option("--kernel", &o.kernel,
+               "1 direct port, 2 ldmatrix+swizzle, 3 cp.async, 4 P/dS in registers, 5 tuned, 6 FA2's warp layout",
                ch8::kFirstVariant, ch8::kLastVariant);
-    cli.option("--tiles", &o.tiles, "kernel 5: tile candidate (--sweep lists them); -1 = the tuned default", -1, 63);
+    cli.option("--tiles", &o.tiles, "kernels 5 and 6: tile candidate (--sweep lists them); -1 = the kernel's default",
+               -1, 63);
     cli.option("--dq", &o.dq, "how dQ is accumulated: atomic, split or both");
-    cli.flag("--ladder", &o.ladder, "run every kernel 1..5 (default tiles) and print a table");
-    cli.flag("--sweep", &o.sweep, "run every tile candidate of kernel 5 and print a table");
+    cli.flag("--ladder", &o.ladder, "run every kernel 1..6 (default tiles) and print a table");
+    cli.flag("--sweep", &o.sweep, "run every tile candidate of kernels 5 and 6 and print a table");
     cli.flag("--bench", &o.bench, "also time mma.sync alone, for the % of mma column");
     cli.flag("--fp32", &o.fp32, "also time chapter 6's fp32 backward on the same inputs");
     cli.flag("--train", &o.train, "also time a training step: chapter 7's forward + this backward");

@@ -15,6 +15,7 @@
 /// The ladder (kernel/bwd_config.h; each step's change is an `if constexpr` labelled `// step N:`):
 ///   1 direct port  2 ldmatrix(.trans) + swizzle  3 cp.async Q/dO/L/D pipeline
 ///   4 Pᵀ, dSᵀ in registers  5 tuned tiles (candidates.h)
+///   6 FA2's warp layout: a dK/dV kernel of its own, dkdv_fa2_kernel in backward_fa2.cuh
 /// The warp-level products are chapter 7's (kernel/warp_tile.cuh): its scores() computes
 /// Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ here (A = the warp's key rows, B = the tile's query rows),
 /// its accumulate_pv() computes dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i (B through ldmatrix.trans).
@@ -123,33 +124,38 @@ __global__ void convert_dq_kernel(const BwdParams p, long long elements) {
 #if FA_TC_SM80
 
 /// Sᵀ entries outside the problem become −inf (so P = 0): queries or keys past N, and with the
-/// causal mask keys after the query. Row = key (the warp's), column = query (the tile's).
-template <class Cfg>
-__device__ __forceinline__ void mask_transposed(float (&St)[1][Cfg::kSub / 8][4], int key0, int q0, int N,
+/// causal mask keys after the query. Row = key (the warp's MT m-tiles from key0), column = query
+/// (the tile's).
+template <class Cfg, int MT>
+__device__ __forceinline__ void mask_transposed(float (&St)[MT][Cfg::kSub / 8][4], int key0, int q0, int N,
                                                 bool causal, int lane) {
     #pragma unroll
-    for (int n = 0; n < Cfg::kSub / 8; ++n)
+    for (int mt = 0; mt < MT; ++mt)
         #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int key = key0 + tc::frag_c_row(lane, i), query = q0 + 8 * n + tc::frag_c_col(lane, i);
-            if (query >= N || key >= N || (causal && key > query)) St[0][n][i] = -INFINITY;
-        }
+        for (int n = 0; n < Cfg::kSub / 8; ++n)
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int key = key0 + 16 * mt + tc::frag_c_row(lane, i), query = q0 + 8 * n + tc::frag_c_col(lane, i);
+                if (query >= N || key >= N || (causal && key > query)) St[mt][n][i] = -INFINITY;
+            }
 }
 
 /// Lines 11 and 14 on the transposed tiles: Pᵀ = exp(Sᵀ − L) (into St) and dSᵀ = Pᵀ ∘ (dPᵀ − D)
 /// (into dPt). Column = query: L2 and D_i of the lane's two query columns per n-tile.
-template <class Cfg>
-__device__ __forceinline__ void p_and_ds(float (&St)[1][Cfg::kSub / 8][4], float (&dPt)[1][Cfg::kSub / 8][4],
+template <class Cfg, int MT>
+__device__ __forceinline__ void p_and_ds(float (&St)[MT][Cfg::kSub / 8][4], float (&dPt)[MT][Cfg::kSub / 8][4],
                                          const float* L2s, const float* Dis, float scale_log2, int lane) {
     #pragma unroll
-    for (int n = 0; n < Cfg::kSub / 8; ++n)
+    for (int mt = 0; mt < MT; ++mt)
         #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int q = 8 * n + tc::frag_c_col(lane, i);
-            const float P = tc::fast_exp2(St[0][n][i] * scale_log2 - L2s[q]);  // line 11
-            dPt[0][n][i] = P * (dPt[0][n][i] - Dis[q]);                        // line 14
-            St[0][n][i] = P;
-        }
+        for (int n = 0; n < Cfg::kSub / 8; ++n)
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int q = 8 * n + tc::frag_c_col(lane, i);
+                const float P = tc::fast_exp2(St[mt][n][i] * scale_log2 - L2s[q]);  // line 11
+                dPt[mt][n][i] = P * (dPt[mt][n][i] - Dis[q]);                        // line 14
+                St[mt][n][i] = P;
+            }
 }
 
 /// Element offset of (row, col) in a B_c × B_r tile of Pᵀ or dSᵀ.
@@ -161,17 +167,20 @@ __device__ __forceinline__ int pds_offset(int row, int col) {
         return tc::row_major(row, col, Cfg::Br);
 }
 
-/// Writes a warp's packed A fragments (its 16 key rows r0.., one pass's Sub query columns from
-/// c0) into a Pᵀ/dSᵀ tile.
-template <class Cfg>
-__device__ __forceinline__ void store_a_frags(uint16_t* tile, const uint32_t (&a)[1][Cfg::kSub / 16][4], int r0,
+/// Writes a warp's packed A fragments (its MT · 16 key rows r0.., one pass's Sub query columns
+/// from c0) into a Pᵀ/dSᵀ tile.
+template <class Cfg, int MT>
+__device__ __forceinline__ void store_a_frags(uint16_t* tile, const uint32_t (&a)[MT][Cfg::kSub / 16][4], int r0,
                                               int c0, int lane) {
     #pragma unroll
-    for (int kk = 0; kk < Cfg::kSub / 16; ++kk)
+    for (int mt = 0; mt < MT; ++mt)
         #pragma unroll
-        for (int r = 0; r < 4; ++r)
-            *reinterpret_cast<uint32_t*>(tile + pds_offset<Cfg>(r0 + tc::frag_a_row(lane, r),
-                                                                c0 + 16 * kk + tc::frag_a_col(lane, r, 0))) = a[0][kk][r];
+        for (int kk = 0; kk < Cfg::kSub / 16; ++kk)
+            #pragma unroll
+            for (int r = 0; r < 4; ++r)
+                *reinterpret_cast<uint32_t*>(tile + pds_offset<Cfg>(r0 + 16 * mt + tc::frag_a_row(lane, r),
+                                                                    c0 + 16 * kk + tc::frag_a_col(lane, r, 0))) =
+                    a[mt][kk][r];
 }
 
 /// Reads them back (steps 1–3): chapter 7's A-fragment load on a tile of row stride B_r.
@@ -317,28 +326,33 @@ __device__ __forceinline__ void dq_add(float* dQacc_head, const uint16_t* dSt, c
     }
 }
 
-/// Stores a warp's 16 rows of an fp32 accumulator (rows row0.., D columns) times `mul` as T.
-template <class T, int D>
-__device__ __forceinline__ void store_acc(uint16_t* dst_head, const float (&acc)[1][D / 8][4], float mul, int row0,
-                                          int N, int lane) {
+/// Stores a warp's MT · 16 rows of an fp32 accumulator (rows row0.., NT · 8 columns from col0 of
+/// rows of D) times `mul` as T.
+template <class T, int D, int MT, int NT>
+__device__ __forceinline__ void store_acc(uint16_t* dst_head, const float (&acc)[MT][NT][4], float mul, int row0,
+                                          int N, int lane, int col0 = 0) {
     #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = row0 + tc::frag_c_row(lane, 2 * h);
-        if (row >= N) continue;
+    for (int mt = 0; mt < MT; ++mt)
         #pragma unroll
-        for (int d = 0; d < D / 8; ++d)
-            *reinterpret_cast<uint32_t*>(dst_head + row * D + 8 * d + tc::frag_c_col(lane, 2 * h)) =
-                tc::pack2<T>(mul * acc[0][d][2 * h], mul * acc[0][d][2 * h + 1]);
-    }
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + 16 * mt + tc::frag_c_row(lane, 2 * h);
+            if (row >= N) continue;
+            #pragma unroll
+            for (int d = 0; d < NT; ++d)
+                *reinterpret_cast<uint32_t*>(dst_head + row * D + col0 + 8 * d + tc::frag_c_col(lane, 2 * h)) =
+                    tc::pack2<T>(mul * acc[mt][d][2 * h], mul * acc[mt][d][2 * h + 1]);
+        }
 }
 
 /// Zeroes an accumulator.
-template <int NT>
-__device__ __forceinline__ void zero_acc(float (&acc)[1][NT][4]) {
+template <int MT, int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[MT][NT][4]) {
     #pragma unroll
-    for (int n = 0; n < NT; ++n)
+    for (int mt = 0; mt < MT; ++mt)
         #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[0][n][i] = 0.0f;
+        for (int n = 0; n < NT; ++n)
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][n][i] = 0.0f;
 }
 
 /// Copies `rows` floats (a multiple of 4) of a padded row vector into shared memory, 16 bytes

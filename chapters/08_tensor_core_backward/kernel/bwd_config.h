@@ -11,7 +11,7 @@ namespace ch8 {
 
 /// The run-time view of a backward kernel's tiles.
 struct BwdTiles {
-    int warps;        ///< warps of the dK/dV kernel; each owns 16 key rows, so B_c = 16 · warps
+    int warps;        ///< warps of the dK/dV kernel; steps 1–5: each owns 16 key rows, so B_c = 16 · warps
     int Br;           ///< query rows per inner-loop tile Q_i, dO_i
     int sub;          ///< query columns a warp's Sᵀ, dPᵀ hold at a time (B_r in B_r/sub passes)
     int stages;       ///< Q_i/dO_i/L_i/D_i buffers (1: loaded synchronously each tile)
@@ -22,10 +22,12 @@ struct BwdTiles {
     int dq_vec_run;   ///< the width that runs: dq_vec in code for compute capability 9.0 (or newer) and
                       ///< in the emulator, 1 in code for an older GPU (the scalar fallback)
     int dq_m;         ///< m-tiles (16 query rows each) of one warp's share of line 15 (BwdConfig's DqM)
-    constexpr int Bc() const { return 16 * warps; }
+    int key_warps = 0;  ///< step 6: warps along the keys, 32 keys each (B_c = 32 · key_warps); 0 in steps 1–5
+    constexpr int Bc() const { return key_warps > 0 ? 32 * key_warps : 16 * warps; }
     /// "B_c x B_r = 64 x 64 (passes of 32), 4 warps, 2 stages, K/V in smem; dQ kernel 64 x 64", and
     /// with vector dQ atomics "; dQ atomics float4" (or "; dQ atomics float4 asked, scalar run"),
-    /// with dq_m > 1 "; line 15 in 2 m-tiles per warp".
+    /// with dq_m > 1 "; line 15 in 2 m-tiles per warp"; step 6 says its warp layout after the warps
+    /// ("8 warps as 4 (keys) x 2 (queries; D for dK, dV)").
     std::string str() const;
 };
 
@@ -101,6 +103,77 @@ struct BwdConfig {
                                Br_ * D_ == 16 * DqM * kDqCols * Warps),
                   "BwdConfig: line 15 in warp tiles of 2 or 4 m-tiles (step 5) that split B_r x D into Warps "
                   "tiles of whole 16-column pairs");
+};
+
+/// Step 6: the dK/dV kernel in FlashAttention-2's own warp layout (README, "Step 6"), a kernel of
+/// its own (dkdv_fa2_kernel). Every warp tile of the products that read Q_i or dO_i is 32 rows (two
+/// m-tiles), so each fragment of Q_i or dO_i read from shared memory serves 32 keys instead of 16.
+/// The warps form a grid of kKeyWarps = B_c / 32 along the keys by kQueryWarps = Warps / kKeyWarps:
+///   lines 10–14: warp (kw, qw) computes Sᵀ, dPᵀ, Pᵀ, dSᵀ for keys 32kw..32kw + 31 and queries
+///     qw · kWarpQueries.. of the tile, `Sub` query columns at a time (dPᵀ) and 16 within them
+///     (Sᵀ), and writes Pᵀ and dSᵀ (16-bit, the rounding the mirror has) to shared memory; a barrier;
+///   lines 12, 16: warp (kw, qw) owns dV_j, dK_j for the same 32 keys and columns qw · kWarpCols..
+///     (D / kQueryWarps of them), with k = all B_r queries: Pᵀ, dSᵀ of the other warp of its key
+///     group come from shared memory;
+///   line 15: dq_add with DqM = 2, 32 queries × kDqCols columns per warp.
+/// Pipeline as step 3 (cp.async of Q_i, dO_i, L_i, D_i in `Stages` buffers); ldmatrix from
+/// swizzled tiles as step 2; K_j, V_j fragments in registers when `KVInRegs`.
+template <int D_, int Warps, int Bc_, int Br_, int Stages, bool KVInRegs, int Sub, int DqVec>
+struct Fa2LayoutConfig {
+    static constexpr int kStep = 6;
+    static constexpr int D = D_;
+    static constexpr int kWarps = Warps;
+    static constexpr int kThreads = 32 * Warps;
+    static constexpr int Bc = Bc_;
+    static constexpr int Br = Br_;
+    static constexpr int kSub = Sub;
+    static constexpr int kStages = Stages;
+    static constexpr bool kKVInRegs = KVInRegs;
+    static constexpr int kDqVec = DqVec;
+    static constexpr int kKeyWarps = Bc_ / 32;                   ///< warps along the keys, 32 keys each
+    static constexpr int kQueryWarps = Warps / kKeyWarps;        ///< along the queries (lines 10–14) and D (12, 16)
+    static constexpr int kWarpQueries = Br_ / kQueryWarps;      ///< a warp's queries of the tile in lines 10–14
+    static constexpr int kWarpCols = D_ / kQueryWarps;          ///< a warp's columns of dK_j, dV_j
+    static constexpr int kDqM = 2;                               ///< line 15 in 32-row warp tiles too (dq_add)
+    static constexpr int kDqCols = Br_ * D_ / (16 * kDqM * Warps);
+    static constexpr bool kLdmatrix = true;
+
+    /// The warp tiles of lines 13 and 10: A = 32 rows of V_j or K_j (two m-tiles), B = Sub rows of
+    /// dO_i for dPᵀ, 16 rows of Q_i for Sᵀ. dPᵀ of a pass stays in registers while Sᵀ is computed
+    /// 16 queries at a time beside it: fp32 P and dP of 16 queries × 32 keys are what lines 11 and
+    /// 14 need at once, and 32 × 32 of both next to dK_j, dV_j (128 registers at D = 128) spill.
+    using Warp = ch7::MmaConfig<3, D_, Warps, 2, Sub, 1, KVInRegs>;
+    using WarpS = ch7::MmaConfig<3, D_, Warps, 2, 16, 1, KVInRegs>;
+    /// One 16-query slice of a pass, as mask_transposed, p_and_ds and store_a_frags see it.
+    struct Slice {
+        static constexpr int kSub = 16;
+        static constexpr int Br = Br_;
+        static constexpr bool kLdmatrix = true;
+    };
+    /// The Pᵀ and dSᵀ tiles (B_c × B_r): row stride B_r, as chapter 7's load_a_frag reads them.
+    struct PdsTile {
+        static constexpr int D = Br_;
+        static constexpr bool kLdmatrix = true;
+    };
+
+    /// Shared memory (bytes): K_j, V_j; per stage Q_i, dO_i (16-bit) and L_i, D_i (fp32); Pᵀ and dSᵀ.
+    static constexpr int kSmemBytes = 2 * (2 * Bc * D + Stages * 2 * Br * D + 2 * Bc * Br) + Stages * 2 * Br * 4;
+    /// The kernel without line 15 (--dq split) does not depend on the atomics' width.
+    using ScalarDq = Fa2LayoutConfig<D_, Warps, Bc_, Br_, Stages, KVInRegs, Sub, 1>;
+    static constexpr BwdTiles tiles(int dq_warps, int dq_Bc) {
+        return {Warps, Br_, Sub, Stages, KVInRegs, dq_warps, dq_Bc, DqVec, DqVec, kDqM, kKeyWarps};
+    }
+
+    static_assert(D == 64 || D == 128, "Fa2LayoutConfig: head dim 64 or 128");
+    static_assert(Br == 64 || Br == 128, "Fa2LayoutConfig: B_r of 64 or 128 (the swizzled Pᵀ, dSᵀ rows)");
+    static_assert(Bc % 32 == 0 && Warps % kKeyWarps == 0, "Fa2LayoutConfig: whole 32-key groups of warps");
+    static_assert(kWarpQueries % Sub == 0 && Sub % 16 == 0, "Fa2LayoutConfig: a warp's queries in passes of 16k");
+    static_assert(kWarpCols % 16 == 0, "Fa2LayoutConfig: dK_j, dV_j columns in whole 16-column pairs");
+    static_assert(Stages >= 2, "Fa2LayoutConfig: the cp.async pipeline needs >= 2 stages");
+    static_assert(Br <= 2 * kThreads, "Fa2LayoutConfig: L_i and D_i load in one pass");
+    static_assert(DqVec == 1 || DqVec == 2 || DqVec == 4, "Fa2LayoutConfig: dQ atomics of 1, 2 or 4 floats");
+    static_assert((Br_ / 16) % kDqM == 0 && kDqCols % 16 == 0 && Br_ * D_ == 16 * kDqM * kDqCols * Warps,
+                  "Fa2LayoutConfig: line 15 in Warps tiles of 32 rows and whole 16-column pairs");
 };
 
 /// The separate dQ kernel of --dq split (Algorithm 2's line 15 with the loops swapped: Q_i outer,

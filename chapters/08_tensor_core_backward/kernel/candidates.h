@@ -59,6 +59,19 @@ using Candidates128 = ch7::ConfigList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 3
                                         Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32, 4, 2>, 8>,
                                         Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32, 4, 2>, 8>>;
 
+/// Step 6's candidates, Fa2LayoutConfig<D, warps, B_c, B_r, stages, K/V in registers, pass width, dQ
+/// atomic width>: 8 warps as 4 along the keys × 2 (queries in lines 10–14, D in lines 12 and 16), B_c
+/// = 128 and float4 dQ atomics as c9, and FA2's B_r for its sm80 layout (README, "Step 6"): 64 at
+/// D = 128, where two 128-row Q_i, dO_i stages would not fit beside K_j, V_j, Pᵀ and dSᵀ; 128 at
+/// D = 64. --dq split pairs each with c9's dQ kernel. Step 6's default is its first candidate (not yet
+/// timed: README).
+template <class Bwd>
+using Fa2Pair = KernelPair<Bwd, DqConfig<5, Bwd::D, 8, 64>>;
+using Fa2Candidates64 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4>>,
+                                        Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 16, 4>>>;
+using Fa2Candidates128 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4>>,
+                                         Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 16, 4>>>;
+
 /// Step 5's default candidate per head dim: the fastest in the sweep (./chapter8 --sweep; README,
 /// step 5), B_c = B_r = 128 with float4 dQ atomics at both head dims.
 constexpr int kTunedCandidate64 = 9;

@@ -1,0 +1,176 @@
+/// @file backward_fa2.cuh
+/// @brief Chapter 8, step 6: the dK/dV kernel (FA2 Algorithm 2, lines 5–19) in FlashAttention-2's
+/// own warp layout. Steps 1–5 give every warp 16 keys, so every warp reads all of Q_i and dO_i twice
+/// per tile (README, "Shared-memory traffic per tile"); here every product that reads Q_i or dO_i
+/// has warp tiles of 32 rows, and Pᵀ, dSᵀ are exchanged through shared memory.
+///
+/// Who owns what (Fa2LayoutConfig in bwd_config.h): warp w is (kw, qw) = (w mod kKeyWarps,
+/// w / kKeyWarps) in a grid of kKeyWarps (keys) × kQueryWarps.
+///   lines 10–14: keys 32kw..32kw + 31 of K_j, V_j × queries qw · kWarpQueries.. of Q_i, in passes
+///     of Sub: dPᵀ of the pass in registers (2 m-tiles × Sub/8 n-tiles), Sᵀ beside it 16 queries
+///     at a time, P and dS in fp32, then Pᵀ and dSᵀ rounded to 16 bits and written to their
+///     B_c × B_r tiles in shared memory;
+///   lines 12, 16: the same 32 keys × columns qw · kWarpCols.. of dV_j, dK_j (fp32 registers for
+///     the whole inner loop), k = the B_r queries of the tile: A = Pᵀ or dSᵀ rows from shared
+///     memory (half of them written by the other warps of the key group), B = dO_i or Q_i read
+///     with ldmatrix.trans;
+///   line 15: dq_add (backward.cuh) with 32-row warp tiles.
+/// Everything else is steps 1–5's: the preprocess and dQ conversion kernels, the tile loads, the
+/// masks, P and dS, the dQ atomics, the causal start of the inner loop.
+#pragma once
+
+#include "backward.cuh"
+
+namespace ch8 {
+inline namespace FA_TC_KERNELS {
+
+#if FA_TC_SM80
+
+/// Lines 12 and 16 in the FA2 layout: acc (32 key rows wk.., kWarpCols columns from 16 · dd0) +=
+/// A · B, A = rows wk..wk + 31 of a Pᵀ or dSᵀ tile (B_c × B_r), B = the Q_i or dO_i tile read
+/// transposed (k = its B_r queries, 16 at a time, in the order steps 4–5 add them).
+template <class T, class Cfg>
+__device__ __forceinline__ void accumulate_cols(float (&acc)[2][Cfg::kWarpCols / 8][4], const uint16_t* At,
+                                                const uint16_t* Bs, int wk, int dd0, int lane) {
+    #pragma unroll
+    for (int kk = 0; kk < Cfg::Br / 16; ++kk) {
+        uint32_t a[2][4];
+        #pragma unroll
+        for (int mt = 0; mt < 2; ++mt) ch7::load_a_frag<typename Cfg::PdsTile>(a[mt], At, wk + 16 * mt, kk, lane);
+        #pragma unroll
+        for (int s = 0; s < Cfg::kWarpCols / 16; ++s) {
+            uint32_t b[2][2];
+            ch7::load_v_frags<typename Cfg::Warp>(b, Bs, kk, dd0 + s, lane);  // B = queries × d, .trans
+            #pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                tc::mma_m16n8k16<T>(acc[mt][2 * s], a[mt], b[0]);
+                tc::mma_m16n8k16<T>(acc[mt][2 * s + 1], a[mt], b[1]);
+            }
+        }
+    }
+}
+
+#endif  // FA_TC_SM80
+
+/// Step 6: lines 5–19 for one K_j, V_j (block x of head (z, y)) with FA2's warp layout; with
+/// kAtomicDq also line 15 by atomicAdd.
+template <class T, class Cfg, bool kAtomicDq>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdParams p) {
+#if FA_TC_SM80
+    constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, Sub = Cfg::kSub, kStages = Cfg::kStages;
+    constexpr int kThreads = Cfg::kThreads;
+    using W = typename Cfg::Warp;         // dPᵀ: 32 keys × Sub queries
+    using WS = typename Cfg::WarpS;       // Sᵀ: 32 keys × 16 queries
+    using Slice = typename Cfg::Slice;
+    constexpr tc::Copy kCopy = tc::Copy::kAsync;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    uint16_t* Ks = reinterpret_cast<uint16_t*>(smem_raw);
+    uint16_t* Vs = Ks + Bc * D;
+    uint16_t* QdO = Vs + Bc * D;                 // stage s: Q_i at QdO + s·2·B_r·D, dO_i after it
+    uint16_t* Pt = QdO + kStages * 2 * Br * D;   // Pᵀ, B_c × B_r
+    uint16_t* dSt = Pt + Bc * Br;                // dSᵀ, B_c × B_r
+    float* LD = reinterpret_cast<float*>(dSt + Bc * Br);  // stage s: L2 at LD + 2·s·B_r, D_i after
+
+    const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+    const int kw = warp % Cfg::kKeyWarps, qw = warp / Cfg::kKeyWarps;
+    const int k0 = int(blockIdx.x) * Bc, wk = 32 * kw, wk0 = k0 + wk;  // block's and warp's first key
+    const int wq = qw * Cfg::kWarpQueries;                             // warp's first query of a tile (lines 10–14)
+    const int dd0 = qw * Cfg::kWarpCols / 16;                          // its first 16-column pair of dK_j, dV_j
+    const long long bh = (long long)blockIdx.z * p.H + blockIdx.y;
+    const std::size_t head = std::size_t(bh) * std::size_t(p.N);
+    const uint16_t* Qh = p.Q + head * D;
+    const uint16_t* dOh = p.dO + head * D;
+    const float* L2h = p.L2 + bh * p.Npad;
+    const float* Dih = p.Di + bh * p.Npad;
+    const int Tr = fa::ceil_div(p.N, Br);
+    // line 8, causal: query tiles that end before key k0 see none of its keys
+    const int i_begin = p.causal ? k0 / Br : 0;
+
+    auto load_q = [&](int i) {  // line 9: Q_i, dO_i, L_i, D_i
+        uint16_t* Qs = QdO + (i % kStages) * 2 * Br * D;
+        float* Ls = LD + (i % kStages) * 2 * Br;
+        tc::load_tile<Br, D, kThreads, true, kCopy>(Qs, Qh, i * Br, p.N);
+        tc::load_tile<Br, D, kThreads, true, kCopy>(Qs + Br * D, dOh, i * Br, p.N);
+        load_row_vector<kCopy>(Ls, L2h + i * Br, Br, 0);
+        load_row_vector<kCopy>(Ls + Br, Dih + i * Br, Br, Br / 4);
+    };
+    // line 6: K_j, V_j, in the cp.async group of the first Q_i
+    tc::load_tile<Bc, D, kThreads, true, kCopy>(Ks, p.K + head * D, k0, p.N);
+    tc::load_tile<Bc, D, kThreads, true, kCopy>(Vs, p.V + head * D, k0, p.N);
+    #pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (i_begin + s < Tr) load_q(i_begin + s);
+        tc::cp_async_commit();
+    }
+
+    float dK[2][Cfg::kWarpCols / 8][4], dV[2][Cfg::kWarpCols / 8][4];  // line 7: 32 keys × kWarpCols
+    zero_acc(dK);
+    zero_acc(dV);
+    ch7::QFrags<WS> kf;  // step 6 option: the warp's 32 rows of K_j, V_j as registers
+    ch7::QFrags<W> vf;
+
+    for (int i = i_begin; i < Tr; ++i) {  // line 8
+        tc::cp_async_wait<kStages - 2>();
+        __syncthreads();  // tile i visible; every warp done with tile i − 1, its Pᵀ and dSᵀ included
+        if (i + kStages - 1 < Tr) load_q(i + kStages - 1);
+        tc::cp_async_commit();
+        if constexpr (Cfg::kKVInRegs) {  // step 6: K_j, V_j fragments loaded once
+            if (i == i_begin) ch7::load_q_frags<WS>(kf, Ks, wk, lane), ch7::load_q_frags<W>(vf, Vs, wk, lane);
+        }
+        const int q0 = i * Br;
+        const uint16_t* Qs = QdO + (i % kStages) * 2 * Br * D;
+        const uint16_t* dOs = Qs + Br * D;
+        const float* Ls = LD + (i % kStages) * 2 * Br;
+
+        #pragma unroll 1
+        for (int pass = 0; pass < Cfg::kWarpQueries / Sub; ++pass) {  // the warp's queries, Sub at a time
+            const int c0 = wq + pass * Sub, qc = q0 + c0;
+            if (p.causal && wk0 > qc + Sub - 1) {  // every key of the warp after every query: P = dS = 0
+                uint32_t zero[2][1][4] = {};
+                #pragma unroll
+                for (int h = 0; h < Sub / 16; ++h) {
+                    store_a_frags<Slice>(Pt, zero, wk, c0 + 16 * h, lane);
+                    store_a_frags<Slice>(dSt, zero, wk, c0 + 16 * h, lane);
+                }
+                continue;
+            }
+            float dPt[2][Sub / 8][4];
+            ch7::scores<T, W>(dPt, Vs, vf, dOs + c0 * D, wk, lane);  // line 13: dPᵀ = V_j dO_iᵀ
+            #pragma unroll
+            for (int h = 0; h < Sub / 16; ++h) {  // 16 queries at a time: Sᵀ of one slice beside dPᵀ of the pass
+                const int cs = c0 + 16 * h, qs = q0 + cs;
+                float St[2][2][4], dPs[2][2][4];
+                ch7::scores<T, WS>(St, Ks, kf, Qs + cs * D, wk, lane);  // line 10: Sᵀ = K_j Q_iᵀ
+                #pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+                    #pragma unroll
+                    for (int n = 0; n < 2; ++n)
+                        #pragma unroll
+                        for (int e = 0; e < 4; ++e) dPs[mt][n][e] = dPt[mt][2 * h + n][e];
+                if (qs + 16 > p.N || k0 + Bc > p.N || (p.causal && wk0 + 31 > qs))  // only edge tiles
+                    mask_transposed<Slice>(St, wk0, qs, p.N, p.causal, lane);
+                p_and_ds<Slice>(St, dPs, Ls + cs, Ls + Br + cs, p.scale_log2, lane);  // lines 11, 14 (fp32 P)
+                uint32_t Pa[2][1][4], dSa[2][1][4];
+                ch7::pack_p<T, WS>(Pa, St);  // P and dS rounded to 16 bits here, as the mirror rounds them
+                ch7::pack_p<T, WS>(dSa, dPs);
+                store_a_frags<Slice>(Pt, Pa, wk, cs, lane);
+                store_a_frags<Slice>(dSt, dSa, wk, cs, lane);
+            }
+        }
+        __syncthreads();  // Pᵀ, dSᵀ complete: lines 12, 15, 16 read rows other warps wrote
+        // line 15 first, so that its atomics are in flight while lines 12 and 16 run (in the other
+        // order ptxas spilled: README, "Step 6")
+        if constexpr (kAtomicDq) dq_add<T, Cfg>(p.dQacc + head * D, dSt, Ks, q0, p.N, warp, lane);
+        accumulate_cols<T, Cfg>(dV, Pt, dOs, wk, dd0, lane);  // line 12: dV_j += Pᵀ dO_i
+        accumulate_cols<T, Cfg>(dK, dSt, Qs, wk, dd0, lane);  // line 16: dK_j += dSᵀ Q_i
+    }
+    // lines 17–18: the warp's 32 keys × kWarpCols columns of dK_j (times the softmax scale) and dV_j
+    store_acc<T, D>(p.dK + head * D, dK, p.scale, wk0, p.N, lane, 16 * dd0);
+    store_acc<T, D>(p.dV + head * D, dV, 1.0f, wk0, p.N, lane, 16 * dd0);
+#else
+    __trap();  // compute capability < 8.0: the host refuses to launch
+#endif
+}
+
+}  // namespace FA_TC_KERNELS
+}  // namespace ch8
