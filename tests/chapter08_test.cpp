@@ -252,9 +252,9 @@ TEST_CASE("ch8: the workspace is O(N) and unsupported shapes are refused with a 
     CHECK_FALSE(unsupported_reason(kLastVariant + 1, fa::make_shape(1, 1, 100, 64, false)).empty());
     CHECK_FALSE(unsupported_reason(kCpAsync, fa::make_shape(1, 1, 100, 64, false), 0).empty());
     CHECK_FALSE(unsupported_reason(kTuned, fa::make_shape(1, 1, 100, 64, false), 99).empty());
-    // step 6: two candidates per head dim
-    CHECK(unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 128, false), 1).empty());
-    CHECK_FALSE(unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 64, false), 2).empty());
+    // step 6: five candidates per head dim
+    CHECK(unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 128, false), 4).empty());
+    CHECK_FALSE(unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 64, false), 5).empty());
 }
 
 TEST_CASE("ch8 emulated: kernel 1 (direct port), both dQ strategies", "[cpu][chapter8][v1]") {
@@ -342,7 +342,7 @@ TEST_CASE("ch8 emulated: kernel 6 computes step 5's c9 arithmetic bit for bit, i
 TEST_CASE("ch8: step 6's candidates: the warp grid, B_c, and what the tiles say", "[cpu][chapter8]") {
     for (int D : {64, 128}) {
         const std::vector<BwdTiles> all = tuning_candidates(D, kFa2Layout);
-        CHECK(all.size() == 2u);
+        REQUIRE(all.size() == 5u);
         for (const BwdTiles& t : all) {
             INFO("D " << D << " " << t.str());
             CHECK(t.key_warps == 4);
@@ -351,12 +351,19 @@ TEST_CASE("ch8: step 6's candidates: the warp grid, B_c, and what the tiles say"
             CHECK(t.dq_m == 2);
             CHECK(t.Br == (D == 64 ? 128 : 64));
             CHECK(t.str().find("8 warps as 4 (keys) x 2 (queries; D for dK, dV)") != std::string::npos);
+            CHECK((t.s_sub == 16 || t.s_sub == t.sub));
+            CHECK(t.str().find(t.s_sub == t.sub ? "S^T of the whole pass" : "S^T 16 queries at a time") !=
+                  std::string::npos);
+            CHECK((t.str().find("loads one k-step ahead") != std::string::npos) == t.prefetch);
         }
-        CHECK(tuned_candidate(D, kFa2Layout) == 0);
+        // c2 and c4 hold Sᵀ of the whole pass, c3 and c4 load ahead; the defaults are the sweep's fastest
+        CHECK((all[2].s_sub == 32 && !all[2].prefetch && all[3].s_sub == 16 && all[3].prefetch &&
+               all[4].s_sub == 32 && all[4].prefetch));
+        CHECK(tuned_candidate(D, kFa2Layout) == (D == 64 ? 1 : 4));
         CHECK(variant_name(kFa2Layout) == "6-fa2-layout");
     }
     // steps 1–5 keep 16 keys per warp
-    for (const BwdTiles& t : tuning_candidates(128)) CHECK(t.Bc() == 16 * t.warps);
+    for (const BwdTiles& t : tuning_candidates(128)) CHECK((t.Bc() == 16 * t.warps && t.s_sub == 0 && !t.prefetch));
 }
 
 TEST_CASE("ch8: step 5's vector dQ atomic candidates: widths, scalar twins, and what the tiles say",

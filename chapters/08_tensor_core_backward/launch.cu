@@ -27,9 +27,13 @@ std::string BwdTiles::str() const {
     if (key_warps > 0)  // step 6: the warp grid
         std::snprintf(layout, sizeof layout, " as %d (keys) x %d (queries; D for dK, dV)", key_warps,
                       warps / key_warps);
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "B_c x B_r = %d x %d (passes of %d), %d warps%s, %d stage%s, K/V in %s; dQ kernel %d x %d",
-                  Bc(), Br, sub, warps, layout, stages, stages > 1 ? "s" : "", kv_in_regs ? "registers" : "smem",
+    char slice[80] = "";
+    if (s_sub > 0)  // step 6: how much of Sᵀ a warp holds, and the order of its loads
+        std::snprintf(slice, sizeof slice, ", S^T %s%s", s_sub == sub ? "of the whole pass" : "16 queries at a time",
+                      prefetch ? ", loads one k-step ahead" : "");
+    char buf[320];
+    std::snprintf(buf, sizeof buf, "B_c x B_r = %d x %d (passes of %d), %d warps%s, %d stage%s%s, K/V in %s; dQ kernel %d x %d",
+                  Bc(), Br, sub, warps, layout, stages, stages > 1 ? "s" : "", slice, kv_in_regs ? "registers" : "smem",
                   16 * dq_warps, dq_Bc);
     std::string out = buf;
     if (dq_vec > 1) out += "; dQ atomics float" + std::to_string(dq_vec);
@@ -46,7 +50,7 @@ std::vector<BwdTiles> tuning_candidates(int D, int variant) {
 }
 
 int tuned_candidate(int D, int variant) {
-    if (variant == kFa2Layout) return 0;  // step 6: c0, 5% ahead of c1 at D = 128, level at D = 64 (README)
+    if (variant == kFa2Layout) return D == 64 ? kFa2Candidate64 : kFa2Candidate128;
     return D == 64 ? kTunedCandidate64 : kTunedCandidate128;
 }
 

@@ -260,6 +260,36 @@ __device__ __forceinline__ void dq_add_tile(float* dQacc_head, const float (&c)[
     }
 }
 
+/// acc (MT m-tiles × 2·NP n-tiles) += A · B over KSteps k-steps, in FlashAttention-2's order: the
+/// fragments of k-step kk + 1 are read (ldmatrix) before the products of k-step kk, so that their
+/// latency hides behind those products. load_a(a, mt, kk) and load_b(b, np, kk) read one A fragment
+/// and one pair of B fragments; each accumulator still adds its k-steps in ascending order.
+template <class T, int MT, int NP, int KSteps, class LoadA, class LoadB>
+__device__ __forceinline__ void mma_prefetched(float (&acc)[MT][2 * NP][4], LoadA load_a, LoadB load_b) {
+    uint32_t a[2][MT][4], b[2][NP][2][2];
+    #pragma unroll
+    for (int mt = 0; mt < MT; ++mt) load_a(a[0][mt], mt, 0);
+    #pragma unroll
+    for (int np = 0; np < NP; ++np) load_b(b[0][np], np, 0);
+    #pragma unroll
+    for (int kk = 0; kk < KSteps; ++kk) {
+        const int cur = kk % 2, next = 1 - cur;
+        if (kk + 1 < KSteps) {
+            #pragma unroll
+            for (int mt = 0; mt < MT; ++mt) load_a(a[next][mt], mt, kk + 1);
+            #pragma unroll
+            for (int np = 0; np < NP; ++np) load_b(b[next][np], np, kk + 1);
+        }
+        #pragma unroll
+        for (int np = 0; np < NP; ++np)
+            #pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                tc::mma_m16n8k16<T>(acc[mt][2 * np], a[cur][mt], b[cur][np][0]);
+                tc::mma_m16n8k16<T>(acc[mt][2 * np + 1], a[cur][mt], b[cur][np][1]);
+            }
+    }
+}
+
 /// Line 15 with atomics: dQ_i += dS K_j (unscaled; convert_dq_kernel applies the scale), from
 /// the block's complete dSᵀ tile. The adds are Cfg::kDqVec floats wide where this build has
 /// vector atomics, one float otherwise. How the B_r × D product is shared among the warps:
@@ -302,6 +332,11 @@ __device__ __forceinline__ void dq_add(float* dQacc_head, const uint16_t* dSt, c
         constexpr int kRowUnits = kRowTiles / M;
         const int mt0 = M * (warp % kRowUnits), dd0 = kPairs * (warp / kRowUnits);
         float acc[M][2 * kPairs][4] = {};
+        if constexpr (Cfg::kPrefetch) {  // step 6 option: FA2's order of loads and products
+            mma_prefetched<T, M, kPairs, Cfg::Bc / 16>(
+                acc, [&](uint32_t(&a)[4], int m, int kk) { load_ds_frag<Cfg>(a, dSt, mt0 + m, kk, lane); },
+                [&](uint32_t(&b)[2][2], int s, int kk) { ch7::load_v_frags<typename Cfg::Warp>(b, Ks, kk, dd0 + s, lane); });
+        } else {
         #pragma unroll
         for (int kk = 0; kk < Cfg::Bc / 16; ++kk) {
             uint32_t a[M][4];
@@ -317,6 +352,7 @@ __device__ __forceinline__ void dq_add(float* dQacc_head, const uint16_t* dSt, c
                     tc::mma_m16n8k16<T>(acc[m][2 * s + 1], a[m], b[1]);
                 }
             }
+        }
         }
         #pragma unroll
         for (int m = 0; m < M; ++m)

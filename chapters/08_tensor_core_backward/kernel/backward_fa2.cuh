@@ -26,25 +26,55 @@ inline namespace FA_TC_KERNELS {
 
 #if FA_TC_SM80
 
+/// Lines 10 and 13 for a warp tile: S = rows wk.. of K_j (or V_j), or their fragments kept in
+/// registers, times the rows of Q_i (or dO_i) at Bs, transposed: chapter 7's scores, or with
+/// Prefetch the same products in mma_prefetched's order.
+template <class T, class W, bool Prefetch>
+__device__ __forceinline__ void warp_scores(float (&S)[2][W::Bc / 8][4], const uint16_t* As, const ch7::QFrags<W>& f,
+                                            const uint16_t* Bs, int wk, int lane) {
+    if constexpr (!Prefetch) {
+        ch7::scores<T, W>(S, As, f, Bs, wk, lane);
+    } else {
+        zero_acc(S);
+        mma_prefetched<T, 2, W::Bc / 16, W::D / 16>(
+            S,
+            [&](uint32_t(&a)[4], int mt, int kk) {
+                if constexpr (W::kQInRegs) {
+                    #pragma unroll
+                    for (int r = 0; r < 4; ++r) a[r] = f.a[mt][kk][r];
+                } else {
+                    ch7::load_a_frag<W>(a, As, wk + 16 * mt, kk, lane);
+                }
+            },
+            [&](uint32_t(&b)[2][2], int np, int kk) { ch7::load_k_frags<W>(b, Bs, np, kk, lane); });
+    }
+}
+
 /// Lines 12 and 16 in the FA2 layout: acc (32 key rows wk.., kWarpCols columns from 16 · dd0) +=
 /// A · B, A = rows wk..wk + 31 of a Pᵀ or dSᵀ tile (B_c × B_r), B = the Q_i or dO_i tile read
 /// transposed (k = its B_r queries, 16 at a time, in the order steps 4–5 add them).
 template <class T, class Cfg>
 __device__ __forceinline__ void accumulate_cols(float (&acc)[2][Cfg::kWarpCols / 8][4], const uint16_t* At,
                                                 const uint16_t* Bs, int wk, int dd0, int lane) {
-    #pragma unroll
-    for (int kk = 0; kk < Cfg::Br / 16; ++kk) {
-        uint32_t a[2][4];
+    if constexpr (Cfg::kPrefetch) {
+        mma_prefetched<T, 2, Cfg::kWarpCols / 16, Cfg::Br / 16>(
+            acc, [&](uint32_t(&a)[4], int mt, int kk) { ch7::load_a_frag<typename Cfg::PdsTile>(a, At, wk + 16 * mt, kk, lane); },
+            [&](uint32_t(&b)[2][2], int s, int kk) { ch7::load_v_frags<typename Cfg::Warp>(b, Bs, kk, dd0 + s, lane); });
+    } else {
         #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) ch7::load_a_frag<typename Cfg::PdsTile>(a[mt], At, wk + 16 * mt, kk, lane);
-        #pragma unroll
-        for (int s = 0; s < Cfg::kWarpCols / 16; ++s) {
-            uint32_t b[2][2];
-            ch7::load_v_frags<typename Cfg::Warp>(b, Bs, kk, dd0 + s, lane);  // B = queries × d, .trans
+        for (int kk = 0; kk < Cfg::Br / 16; ++kk) {
+            uint32_t a[2][4];
             #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-                tc::mma_m16n8k16<T>(acc[mt][2 * s], a[mt], b[0]);
-                tc::mma_m16n8k16<T>(acc[mt][2 * s + 1], a[mt], b[1]);
+            for (int mt = 0; mt < 2; ++mt) ch7::load_a_frag<typename Cfg::PdsTile>(a[mt], At, wk + 16 * mt, kk, lane);
+            #pragma unroll
+            for (int s = 0; s < Cfg::kWarpCols / 16; ++s) {
+                uint32_t b[2][2];
+                ch7::load_v_frags<typename Cfg::Warp>(b, Bs, kk, dd0 + s, lane);  // B = queries × d, .trans
+                #pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    tc::mma_m16n8k16<T>(acc[mt][2 * s], a[mt], b[0]);
+                    tc::mma_m16n8k16<T>(acc[mt][2 * s + 1], a[mt], b[1]);
+                }
             }
         }
     }
@@ -57,10 +87,10 @@ __device__ __forceinline__ void accumulate_cols(float (&acc)[2][Cfg::kWarpCols /
 template <class T, class Cfg, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdParams p) {
 #if FA_TC_SM80
-    constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, Sub = Cfg::kSub, kStages = Cfg::kStages;
+    constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, Sub = Cfg::kSub, SSub = Cfg::kSSub, kStages = Cfg::kStages;
     constexpr int kThreads = Cfg::kThreads;
     using W = typename Cfg::Warp;         // dPᵀ: 32 keys × Sub queries
-    using WS = typename Cfg::WarpS;       // Sᵀ: 32 keys × 16 queries
+    using WS = typename Cfg::WarpS;       // Sᵀ: 32 keys × SSub queries
     using Slice = typename Cfg::Slice;
     constexpr tc::Copy kCopy = tc::Copy::kAsync;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -126,31 +156,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdPar
         for (int pass = 0; pass < Cfg::kWarpQueries / Sub; ++pass) {  // the warp's queries, Sub at a time
             const int c0 = wq + pass * Sub, qc = q0 + c0;
             if (p.causal && wk0 > qc + Sub - 1) {  // every key of the warp after every query: P = dS = 0
-                uint32_t zero[2][1][4] = {};
+                uint32_t zero[2][SSub / 16][4] = {};
                 #pragma unroll
-                for (int h = 0; h < Sub / 16; ++h) {
-                    store_a_frags<Slice>(Pt, zero, wk, c0 + 16 * h, lane);
-                    store_a_frags<Slice>(dSt, zero, wk, c0 + 16 * h, lane);
+                for (int h = 0; h < Sub / SSub; ++h) {
+                    store_a_frags<Slice>(Pt, zero, wk, c0 + SSub * h, lane);
+                    store_a_frags<Slice>(dSt, zero, wk, c0 + SSub * h, lane);
                 }
                 continue;
             }
             float dPt[2][Sub / 8][4];
-            ch7::scores<T, W>(dPt, Vs, vf, dOs + c0 * D, wk, lane);  // line 13: dPᵀ = V_j dO_iᵀ
+            warp_scores<T, W, Cfg::kPrefetch>(dPt, Vs, vf, dOs + c0 * D, wk, lane);  // line 13: dPᵀ = V_j dO_iᵀ
             #pragma unroll
-            for (int h = 0; h < Sub / 16; ++h) {  // 16 queries at a time: Sᵀ of one slice beside dPᵀ of the pass
-                const int cs = c0 + 16 * h, qs = q0 + cs;
-                float St[2][2][4], dPs[2][2][4];
-                ch7::scores<T, WS>(St, Ks, kf, Qs + cs * D, wk, lane);  // line 10: Sᵀ = K_j Q_iᵀ
+            for (int h = 0; h < Sub / SSub; ++h) {  // SSub queries at a time: Sᵀ of one slice beside dPᵀ of the pass
+                const int cs = c0 + SSub * h, qs = q0 + cs;
+                float St[2][SSub / 8][4], dPs[2][SSub / 8][4];
+                warp_scores<T, WS, Cfg::kPrefetch>(St, Ks, kf, Qs + cs * D, wk, lane);  // line 10: Sᵀ = K_j Q_iᵀ
                 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt)
                     #pragma unroll
-                    for (int n = 0; n < 2; ++n)
+                    for (int n = 0; n < SSub / 8; ++n)
                         #pragma unroll
-                        for (int e = 0; e < 4; ++e) dPs[mt][n][e] = dPt[mt][2 * h + n][e];
-                if (qs + 16 > p.N || k0 + Bc > p.N || (p.causal && wk0 + 31 > qs))  // only edge tiles
+                        for (int e = 0; e < 4; ++e) dPs[mt][n][e] = dPt[mt][SSub / 8 * h + n][e];
+                if (qs + SSub > p.N || k0 + Bc > p.N || (p.causal && wk0 + 31 > qs))  // only edge tiles
                     mask_transposed<Slice>(St, wk0, qs, p.N, p.causal, lane);
                 p_and_ds<Slice>(St, dPs, Ls + cs, Ls + Br + cs, p.scale_log2, lane);  // lines 11, 14 (fp32 P)
-                uint32_t Pa[2][1][4], dSa[2][1][4];
+                uint32_t Pa[2][SSub / 16][4], dSa[2][SSub / 16][4];
                 ch7::pack_p<T, WS>(Pa, St);  // P and dS rounded to 16 bits here, as the mirror rounds them
                 ch7::pack_p<T, WS>(dSa, dPs);
                 store_a_frags<Slice>(Pt, Pa, wk, cs, lane);

@@ -23,11 +23,15 @@ struct BwdTiles {
                       ///< in the emulator, 1 in code for an older GPU (the scalar fallback)
     int dq_m;         ///< m-tiles (16 query rows each) of one warp's share of line 15 (BwdConfig's DqM)
     int key_warps = 0;  ///< step 6: warps along the keys, 32 keys each (B_c = 32 · key_warps); 0 in steps 1–5
+    int s_sub = 0;      ///< step 6: queries of one Sᵀ slice (16, or `sub`: the whole pass); 0 in steps 1–5
+    bool prefetch = false;  ///< step 6: each warp product reads k-step kk + 1's fragments before kk's products
     constexpr int Bc() const { return key_warps > 0 ? 32 * key_warps : 16 * warps; }
     /// "B_c x B_r = 64 x 64 (passes of 32), 4 warps, 2 stages, K/V in smem; dQ kernel 64 x 64", and
     /// with vector dQ atomics "; dQ atomics float4" (or "; dQ atomics float4 asked, scalar run"),
     /// with dq_m > 1 "; line 15 in 2 m-tiles per warp"; step 6 says its warp layout after the warps
-    /// ("8 warps as 4 (keys) x 2 (queries; D for dK, dV)").
+    /// ("8 warps as 4 (keys) x 2 (queries; D for dK, dV)") and after the stages how much of Sᵀ it
+    /// holds ("S^T 16 queries at a time" or "S^T of the whole pass") and, with prefetch, "loads one
+    /// k-step ahead".
     std::string str() const;
 };
 
@@ -63,6 +67,7 @@ struct BwdConfig {
     static constexpr bool kKVInRegs = KVInRegs;
     static constexpr int kDqVec = DqVec;  ///< floats per dQ atomicAdd (dq_add)
     static constexpr int kDqM = DqM;      ///< m-tiles of dQ_i per warp in line 15 (dq_add)
+    static constexpr bool kPrefetch = false;  ///< step 6's option (Fa2LayoutConfig), off in steps 1–5
     /// Line 15's columns per warp with DqM > 1: the B_r × D product in Warps equal tiles.
     static constexpr int kDqCols = DqM > 1 ? Br_ * D_ / (16 * DqM * Warps) : D_;
 
@@ -110,15 +115,19 @@ struct BwdConfig {
 /// m-tiles), so each fragment of Q_i or dO_i read from shared memory serves 32 keys instead of 16.
 /// The warps form a grid of kKeyWarps = B_c / 32 along the keys by kQueryWarps = Warps / kKeyWarps:
 ///   lines 10–14: warp (kw, qw) computes Sᵀ, dPᵀ, Pᵀ, dSᵀ for keys 32kw..32kw + 31 and queries
-///     qw · kWarpQueries.. of the tile, `Sub` query columns at a time (dPᵀ) and 16 within them
-///     (Sᵀ), and writes Pᵀ and dSᵀ (16-bit, the rounding the mirror has) to shared memory; a barrier;
+///     qw · kWarpQueries.. of the tile, `Sub` query columns at a time (dPᵀ) and `SSub` within them
+///     (Sᵀ: 16, or the whole pass as FA2's 32 × 32 tile of S), and writes Pᵀ and dSᵀ (16-bit, the
+///     rounding the mirror has) to shared memory; a barrier;
 ///   lines 12, 16: warp (kw, qw) owns dV_j, dK_j for the same 32 keys and columns qw · kWarpCols..
 ///     (D / kQueryWarps of them), with k = all B_r queries: Pᵀ, dSᵀ of the other warp of its key
 ///     group come from shared memory;
 ///   line 15: dq_add with DqM = 2, 32 queries × kDqCols columns per warp.
 /// Pipeline as step 3 (cp.async of Q_i, dO_i, L_i, D_i in `Stages` buffers); ldmatrix from
-/// swizzled tiles as step 2; K_j, V_j fragments in registers when `KVInRegs`.
-template <int D_, int Warps, int Bc_, int Br_, int Stages, bool KVInRegs, int Sub, int DqVec>
+/// swizzled tiles as step 2; K_j, V_j fragments in registers when `KVInRegs`; with `Prefetch` every
+/// warp product reads the fragments of its next k-step before it multiplies those of this one, the
+/// order FA2's own gemm issues them in (mma_prefetched in backward.cuh).
+template <int D_, int Warps, int Bc_, int Br_, int Stages, bool KVInRegs, int Sub, int DqVec, int SSub = 16,
+          bool Prefetch = false>
 struct Fa2LayoutConfig {
     static constexpr int kStep = 6;
     static constexpr int D = D_;
@@ -127,6 +136,8 @@ struct Fa2LayoutConfig {
     static constexpr int Bc = Bc_;
     static constexpr int Br = Br_;
     static constexpr int kSub = Sub;
+    static constexpr int kSSub = SSub;  ///< queries of one Sᵀ slice (16, or the whole pass)
+    static constexpr bool kPrefetch = Prefetch;  ///< fragments of k-step kk + 1 loaded before kk's products
     static constexpr int kStages = Stages;
     static constexpr bool kKVInRegs = KVInRegs;
     static constexpr int kDqVec = DqVec;
@@ -139,14 +150,15 @@ struct Fa2LayoutConfig {
     static constexpr bool kLdmatrix = true;
 
     /// The warp tiles of lines 13 and 10: A = 32 rows of V_j or K_j (two m-tiles), B = Sub rows of
-    /// dO_i for dPᵀ, 16 rows of Q_i for Sᵀ. dPᵀ of a pass stays in registers while Sᵀ is computed
-    /// 16 queries at a time beside it: fp32 P and dP of 16 queries × 32 keys are what lines 11 and
-    /// 14 need at once, and 32 × 32 of both next to dK_j, dV_j (128 registers at D = 128) spill.
+    /// dO_i for dPᵀ, SSub rows of Q_i for Sᵀ. dPᵀ of a pass stays in registers while Sᵀ is computed
+    /// beside it: with SSub = 16, 16 queries at a time (K_j's rows read once per 16 queries, no
+    /// spills); with SSub = Sub = 32 both 32 × 32 fp32 tiles beside dK_j, dV_j (ptxas spills a few
+    /// registers, README "Step 6", and the kernel is faster at D = 128 all the same).
     using Warp = ch7::MmaConfig<3, D_, Warps, 2, Sub, 1, KVInRegs>;
-    using WarpS = ch7::MmaConfig<3, D_, Warps, 2, 16, 1, KVInRegs>;
-    /// One 16-query slice of a pass, as mask_transposed, p_and_ds and store_a_frags see it.
+    using WarpS = ch7::MmaConfig<3, D_, Warps, 2, SSub, 1, KVInRegs>;
+    /// One SSub-query slice of a pass, as mask_transposed, p_and_ds and store_a_frags see it.
     struct Slice {
-        static constexpr int kSub = 16;
+        static constexpr int kSub = SSub;
         static constexpr int Br = Br_;
         static constexpr bool kLdmatrix = true;
     };
@@ -159,15 +171,16 @@ struct Fa2LayoutConfig {
     /// Shared memory (bytes): K_j, V_j; per stage Q_i, dO_i (16-bit) and L_i, D_i (fp32); Pᵀ and dSᵀ.
     static constexpr int kSmemBytes = 2 * (2 * Bc * D + Stages * 2 * Br * D + 2 * Bc * Br) + Stages * 2 * Br * 4;
     /// The kernel without line 15 (--dq split) does not depend on the atomics' width.
-    using ScalarDq = Fa2LayoutConfig<D_, Warps, Bc_, Br_, Stages, KVInRegs, Sub, 1>;
+    using ScalarDq = Fa2LayoutConfig<D_, Warps, Bc_, Br_, Stages, KVInRegs, Sub, 1, SSub, Prefetch>;
     static constexpr BwdTiles tiles(int dq_warps, int dq_Bc) {
-        return {Warps, Br_, Sub, Stages, KVInRegs, dq_warps, dq_Bc, DqVec, DqVec, kDqM, kKeyWarps};
+        return {Warps, Br_, Sub, Stages, KVInRegs, dq_warps, dq_Bc, DqVec, DqVec, kDqM, kKeyWarps, SSub, Prefetch};
     }
 
     static_assert(D == 64 || D == 128, "Fa2LayoutConfig: head dim 64 or 128");
     static_assert(Br == 64 || Br == 128, "Fa2LayoutConfig: B_r of 64 or 128 (the swizzled Pᵀ, dSᵀ rows)");
     static_assert(Bc % 32 == 0 && Warps % kKeyWarps == 0, "Fa2LayoutConfig: whole 32-key groups of warps");
     static_assert(kWarpQueries % Sub == 0 && Sub % 16 == 0, "Fa2LayoutConfig: a warp's queries in passes of 16k");
+    static_assert(SSub == 16 || SSub == Sub, "Fa2LayoutConfig: Sᵀ 16 queries at a time, or the whole pass");
     static_assert(kWarpCols % 16 == 0, "Fa2LayoutConfig: dK_j, dV_j columns in whole 16-column pairs");
     static_assert(Stages >= 2, "Fa2LayoutConfig: the cp.async pipeline needs >= 2 stages");
     static_assert(Br <= 2 * kThreads, "Fa2LayoutConfig: L_i and D_i load in one pass");

@@ -63,18 +63,29 @@ using Candidates128 = ch7::ConfigList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 3
 /// atomic width>: 8 warps as 4 along the keys × 2 (queries in lines 10–14, D in lines 12 and 16), B_c
 /// = 128 and float4 dQ atomics as c9, and FA2's B_r for its sm80 layout (README, "Step 6"): 64 at
 /// D = 128, where two 128-row Q_i, dO_i stages would not fit beside K_j, V_j, Pᵀ and dSᵀ; 128 at
-/// D = 64. --dq split pairs each with c9's dQ kernel. Step 6's default is its first candidate (not yet
-/// timed: README).
+/// D = 64. --dq split pairs each with c9's dQ kernel. c0 and c1 hold Sᵀ 16 queries at a time (passes
+/// of 32 and 16); c2 holds Sᵀ of the whole 32-query pass (FA2's 32 × 32 warp tile of S); c3 and c4
+/// are c0 and c2 with every warp product's loads one k-step ahead (Fa2LayoutConfig's Prefetch).
 template <class Bwd>
 using Fa2Pair = KernelPair<Bwd, DqConfig<5, Bwd::D, 8, 64>>;
 using Fa2Candidates64 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4>>,
-                                        Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 16, 4>>>;
+                                        Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 16, 4>>,
+                                        Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4, 32>>,
+                                        Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4, 16, true>>,
+                                        Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4, 32, true>>>;
 using Fa2Candidates128 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4>>,
-                                         Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 16, 4>>>;
+                                         Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 16, 4>>,
+                                         Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4, 32>>,
+                                         Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4, 16, true>>,
+                                         Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4, 32, true>>>;
 
 /// Step 5's default candidate per head dim: the fastest in the sweep (./chapter8 --sweep; README,
 /// step 5), B_c = B_r = 128 with float4 dQ atomics at both head dims.
 constexpr int kTunedCandidate64 = 9;
 constexpr int kTunedCandidate128 = 9;
+/// Step 6's default candidate per head dim, the fastest of its sweep (README, step 6): c4 at
+/// D = 128; at D = 64 the five are within 2% and c1 was ahead in every H200 sweep.
+constexpr int kFa2Candidate64 = 1;
+constexpr int kFa2Candidate128 = 4;
 
 }  // namespace ch8
