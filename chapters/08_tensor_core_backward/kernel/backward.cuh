@@ -337,22 +337,22 @@ __device__ __forceinline__ void dq_add(float* dQacc_head, const uint16_t* dSt, c
                 acc, [&](uint32_t(&a)[4], int m, int kk) { load_ds_frag<Cfg>(a, dSt, mt0 + m, kk, lane); },
                 [&](uint32_t(&b)[2][2], int s, int kk) { ch7::load_v_frags<typename Cfg::Warp>(b, Ks, kk, dd0 + s, lane); });
         } else {
-        #pragma unroll
-        for (int kk = 0; kk < Cfg::Bc / 16; ++kk) {
-            uint32_t a[M][4];
             #pragma unroll
-            for (int m = 0; m < M; ++m) load_ds_frag<Cfg>(a[m], dSt, mt0 + m, kk, lane);
-            #pragma unroll
-            for (int s = 0; s < kPairs; ++s) {
-                uint32_t b[2][2];
-                ch7::load_v_frags<typename Cfg::Warp>(b, Ks, kk, dd0 + s, lane);  // B = K_j: keys × d, .trans
+            for (int kk = 0; kk < Cfg::Bc / 16; ++kk) {
+                uint32_t a[M][4];
                 #pragma unroll
-                for (int m = 0; m < M; ++m) {
-                    tc::mma_m16n8k16<T>(acc[m][2 * s], a[m], b[0]);
-                    tc::mma_m16n8k16<T>(acc[m][2 * s + 1], a[m], b[1]);
+                for (int m = 0; m < M; ++m) load_ds_frag<Cfg>(a[m], dSt, mt0 + m, kk, lane);
+                #pragma unroll
+                for (int s = 0; s < kPairs; ++s) {
+                    uint32_t b[2][2];
+                    ch7::load_v_frags<typename Cfg::Warp>(b, Ks, kk, dd0 + s, lane);  // B = K_j: keys × d, .trans
+                    #pragma unroll
+                    for (int m = 0; m < M; ++m) {
+                        tc::mma_m16n8k16<T>(acc[m][2 * s], a[m], b[0]);
+                        tc::mma_m16n8k16<T>(acc[m][2 * s + 1], a[m], b[1]);
+                    }
                 }
             }
-        }
         }
         #pragma unroll
         for (int m = 0; m < M; ++m)

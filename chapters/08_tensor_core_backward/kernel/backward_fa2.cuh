@@ -7,9 +7,10 @@
 /// Who owns what (Fa2LayoutConfig in bwd_config.h): warp w is (kw, qw) = (w mod kKeyWarps,
 /// w / kKeyWarps) in a grid of kKeyWarps (keys) × kQueryWarps.
 ///   lines 10–14: keys 32kw..32kw + 31 of K_j, V_j × queries qw · kWarpQueries.. of Q_i, in passes
-///     of Sub: dPᵀ of the pass in registers (2 m-tiles × Sub/8 n-tiles), Sᵀ beside it 16 queries
-///     at a time, P and dS in fp32, then Pᵀ and dSᵀ rounded to 16 bits and written to their
-///     B_c × B_r tiles in shared memory;
+///     of Sub: dPᵀ of the pass in registers (2 m-tiles × Sub/8 n-tiles), Sᵀ beside it SSub queries
+///     at a time (16, or the whole pass), P and dS in fp32, then Pᵀ and dSᵀ rounded to 16 bits and
+///     written to their B_c × B_r tiles in shared memory; with Prefetch every warp product in
+///     mma_prefetched's order (backward.cuh);
 ///   lines 12, 16: the same 32 keys × columns qw · kWarpCols.. of dV_j, dK_j (fp32 registers for
 ///     the whole inner loop), k = the B_r queries of the tile: A = Pᵀ or dSᵀ rows from shared
 ///     memory (half of them written by the other warps of the key group), B = dO_i or Q_i read

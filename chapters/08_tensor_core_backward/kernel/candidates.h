@@ -83,8 +83,9 @@ using Fa2Candidates128 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64
 /// step 5), B_c = B_r = 128 with float4 dQ atomics at both head dims.
 constexpr int kTunedCandidate64 = 9;
 constexpr int kTunedCandidate128 = 9;
-/// Step 6's default candidate per head dim, the fastest of its sweep (README, step 6): c4 at
-/// D = 128; at D = 64 the five are within 2% and c1 was ahead in every H200 sweep.
+/// Step 6's default candidate per head dim (README, step 6): c4 at D = 128, the fastest in every
+/// H200 sweep; at D = 64 the five are within 3% and c1 (no spills) was the fastest in three of
+/// the four sweeps.
 constexpr int kFa2Candidate64 = 1;
 constexpr int kFa2Candidate128 = 4;
 
