@@ -15,8 +15,9 @@ BUILD ?= build
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/dev/null)))
 
 # ---- GPU architecture -------------------------------------------------------------------------
-# ARCH=sm_90 chooses one; otherwise the GPU in this machine; with no GPU, a fat binary for every
-# architecture the course supports (so CI compiles every target).
+# ARCH=sm_90 chooses one; otherwise the GPU in this machine; with no GPU, a fat binary that runs on
+# every architecture the course supports (so CI compiles every target): sm_75, sm_80 (whose code
+# sm_86 and sm_89 run as it is: same major version), sm_90, and PTX for what comes after.
 GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .' | grep -E '^[0-9]+$$')
 ifeq ($(ARCH),)
   ifneq ($(GPU_CC),)
@@ -27,7 +28,7 @@ ifneq ($(ARCH),)
   GENCODE := -gencode arch=compute_$(ARCH:sm_%=%),code=$(ARCH)
   PTX_ARCH := compute_$(ARCH:sm_%=%)
 else
-  GENCODE := $(foreach a,75 80 86 89,-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_90,code=[sm_90,compute_90]
+  GENCODE := $(foreach a,75 80,-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_90,code=[sm_90,compute_90]
   PTX_ARCH := compute_90
 endif
 

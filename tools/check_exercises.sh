@@ -16,7 +16,8 @@
 # name check values only, so sharing cannot make them fail).
 #
 # Environment: ARCH, CATCH2_INCLUDE, NVCC, EXTRA_NVCCFLAGS, BUILD as for make (the Makefile passes
-# them); CHECK_EXERCISES_ONLY="5:2 7" runs bug 2 of chapter 5 and every bug of chapter 7;
+# them; without a GPU and without ARCH, the copies are built for EXERCISES_CPU_ARCH, default
+# sm_75: see below); CHECK_EXERCISES_ONLY="5:2 7" runs bug 2 of chapter 5 and every bug of chapter 7;
 # EXERCISES_JOBS; EXERCISES_GPU_JOBS; EXERCISES_TIMEOUT (seconds per test run, default 600);
 # EXERCISES_KEEP=1 keeps the work folders of caught bugs too (those of the others are always kept);
 # EXERCISES_CONTROL=1 first runs each distinct test command on the unmodified baseline and requires
@@ -31,9 +32,14 @@ gpu_jobs=${EXERCISES_GPU_JOBS:-4}
 timeout_s=${EXERCISES_TIMEOUT:-600}
 logs="$EX_WORK/check-logs"
 base="$EX_WORK/.base"
-ex_make_vars
 gpu=0
 ex_have_gpu && gpu=1
+# Without a GPU only the cpu bugs run, and the test cases they name never launch a kernel. So,
+# unless the caller chose ARCH, the copies are built for sm_75 alone (EXERCISES_CPU_ARCH), where
+# the tensor-core kernels compile to stubs (common/tensor_core/build.h): seconds per copy instead
+# of the minutes of the fat binary, whose GPU code these runs would never execute.
+if [ "$gpu" = 0 ] && [ -z "${ARCH:-}" ]; then ARCH=${EXERCISES_CPU_ARCH:-sm_75}; fi
+ex_make_vars
 start_all=$SECONDS
 
 # ---- which bugs ---------------------------------------------------------------------------------
@@ -96,7 +102,7 @@ if [ "$gpu" = 1 ] && ! command -v compute-sanitizer >/dev/null; then
 fi
 
 echo "check-exercises: $n planted bugs; $([ "$gpu" = 1 ] && echo "GPU present: all of them run" ||
-    echo "no GPU: the cpu ones run, gpu and gpu-race ones are skipped"); ${jobs} jobs; logs in ${logs#"$EX_ROOT"/}/"
+    echo "no GPU: the cpu ones run, gpu and gpu-race ones are skipped"); built for ${ARCH:-a fat binary}; ${jobs} jobs; logs in ${logs#"$EX_ROOT"/}/"
 
 # ---- baseline -----------------------------------------------------------------------------------
 declare -A need_ch=()

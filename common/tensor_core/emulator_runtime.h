@@ -39,8 +39,11 @@ struct Warp {
 
 struct State {
     ucontext_t scheduler;
-    std::vector<Fiber> fibers;
+    // The pool only grows: launches of different block sizes reuse the fibers (and their stacks)
+    // instead of freeing and zero-filling 256 KiB of stack per thread each time.
+    std::vector<Fiber> pool;
     std::vector<Warp> warps;
+    int threads = 0;  // threads per block of the running launch: pool[0, threads)
     int block_arrived = 0;
     unsigned long block_generation = 0;
     Fiber* current = nullptr;
@@ -70,7 +73,10 @@ inline void fiber_main() {
 
 inline void run_block() {
     State& s = state();
-    for (Fiber& f : s.fibers) {
+    Fiber* const first = s.pool.data();
+    Fiber* const last = first + s.threads;
+    for (Fiber* it = first; it != last; ++it) {
+        Fiber& f = *it;
         f.done = false;
         f.committed.clear();
         f.open.clear();
@@ -85,11 +91,11 @@ inline void run_block() {
     for (;;) {
         bool all_done = true;
         const unsigned long before = s.events;
-        for (Fiber& f : s.fibers) {
-            if (f.done) continue;
+        for (Fiber* f = first; f != last; ++f) {
+            if (f->done) continue;
             all_done = false;
-            s.current = &f;
-            swapcontext(&s.scheduler, &f.context);
+            s.current = f;
+            swapcontext(&s.scheduler, &f->context);
         }
         s.current = nullptr;
         if (all_done) return;
@@ -108,7 +114,7 @@ inline void sync_block() {
     detail::State& s = detail::state();
     const unsigned long generation = s.block_generation;
     ++s.events;
-    if (++s.block_arrived == int(s.fibers.size())) {
+    if (++s.block_arrived == s.threads) {
         s.block_arrived = 0;
         ++s.block_generation;
         return;
@@ -167,11 +173,12 @@ inline void launch(dim3 grid, dim3 block, unsigned char* smem, std::size_t smem_
         trap("launch: blocks of whole warps in x only");
     if (smem_bytes > kMaxSmemBytes) trap("launch: more dynamic shared memory than a block can have");
     s.body = &body;
-    s.fibers.resize(block.x);
+    if (s.pool.size() < block.x) s.pool.resize(block.x);
+    s.threads = int(block.x);
     s.warps.resize(block.x / 32);
     for (unsigned t = 0; t < block.x; ++t) {
-        detail::Fiber& f = s.fibers[t];
-        f.stack.resize(detail::kStackBytes);
+        detail::Fiber& f = s.pool[t];
+        if (f.stack.empty()) f.stack.resize(detail::kStackBytes);
         f.ids.thread_idx = make_uint3(t, 0, 0);
         f.ids.grid_dim = grid;
         f.ids.block_dim = block;
@@ -180,7 +187,7 @@ inline void launch(dim3 grid, dim3 block, unsigned char* smem, std::size_t smem_
         for (unsigned y = 0; y < grid.y; ++y)
             for (unsigned x = 0; x < grid.x; ++x) {
                 std::memset(smem, 0xFF, smem_bytes);  // NaN in fp16/bf16: unwritten reads show
-                for (detail::Fiber& f : s.fibers) f.ids.block_idx = make_uint3(x, y, z);
+                for (unsigned t = 0; t < block.x; ++t) s.pool[t].ids.block_idx = make_uint3(x, y, z);
                 detail::run_block();
             }
     s.body = nullptr;
