@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../chapters/08_tensor_core_backward/chapter8.h"
@@ -169,6 +170,30 @@ TEST_CASE("ch8: the dS A fragment read transposed from the dSᵀ tile is dS", "[
                     }
 }
 
+TEST_CASE("ch8: Pᵀ/dSᵀ stores: every register's offset is a k-step-0 offset stepped as store_a_frags steps it",
+          "[cpu][chapter8]") {
+    // store_a_frags computes two offsets per lane (register 0 and 2 of k-step 0, m-tile 0) and
+    // reaches every other register by tc::swizzled_a_frag_offset: rows by an immediate, k-steps by
+    // an XOR. That holds for rows r0 a multiple of 16 and columns c0 a multiple of the pass width
+    // (a power of two), which is how the kernels call it.
+    for (int Br : {64, 128})
+        for (int sub : {16, 32, 64})
+            for (int r0 = 0; r0 < 128; r0 += 16)
+                for (int c0 = 0; c0 < Br; c0 += sub)
+                    for (int lane = 0; lane < 32; ++lane)
+                        for (int mt = 0; mt < 2; ++mt)
+                            for (int kk = 0; kk < sub / 16; ++kk)
+                                for (int r = 0; r < 4; ++r) {
+                                    const int half = tc::swizzle(r0 + tc::frag_a_row(lane, 0),
+                                                                 c0 + tc::frag_a_col(lane, 2 * (r / 2), 0), Br);
+                                    const int want = tc::swizzle(r0 + 16 * mt + tc::frag_a_row(lane, r),
+                                                                 c0 + 16 * kk + tc::frag_a_col(lane, r, 0), Br);
+                                    INFO("B_r " << Br << " pass " << sub << " r0 " << r0 << " c0 " << c0 << " lane "
+                                                << lane << " mt " << mt << " kk " << kk << " reg " << r);
+                                    CHECK(tc::swizzled_a_frag_offset(half, mt, kk, r, Br) == want);
+                                }
+}
+
 TEST_CASE("ch8: the CPU mirror meets the float64 reference within 16-bit rounding", "[cpu][chapter8]") {
     for (bool causal : {false, true}) {
         const fa::AttnShape s = fa::make_shape(1, 2, 97, 64, causal);
@@ -252,9 +277,9 @@ TEST_CASE("ch8: the workspace is O(N) and unsupported shapes are refused with a 
     CHECK_FALSE(unsupported_reason(kLastVariant + 1, fa::make_shape(1, 1, 100, 64, false)).empty());
     CHECK_FALSE(unsupported_reason(kCpAsync, fa::make_shape(1, 1, 100, 64, false), 0).empty());
     CHECK_FALSE(unsupported_reason(kTuned, fa::make_shape(1, 1, 100, 64, false), 99).empty());
-    // step 6: five candidates per head dim
-    CHECK(unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 128, false), 4).empty());
-    CHECK_FALSE(unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 64, false), 5).empty());
+    // step 6: eight candidates per head dim
+    CHECK(unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 128, false), 7).empty());
+    CHECK_FALSE(unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 64, false), 8).empty());
 }
 
 TEST_CASE("ch8 emulated: kernel 1 (direct port), both dQ strategies", "[cpu][chapter8][v1]") {
@@ -342,7 +367,7 @@ TEST_CASE("ch8 emulated: kernel 6 computes step 5's c9 arithmetic bit for bit, i
 TEST_CASE("ch8: step 6's candidates: the warp grid, B_c, and what the tiles say", "[cpu][chapter8]") {
     for (int D : {64, 128}) {
         const std::vector<BwdTiles> all = tuning_candidates(D, kFa2Layout);
-        REQUIRE(all.size() == 5u);
+        REQUIRE(all.size() == 8u);
         for (const BwdTiles& t : all) {
             INFO("D " << D << " " << t.str());
             CHECK(t.key_warps == 4);
@@ -356,10 +381,21 @@ TEST_CASE("ch8: step 6's candidates: the warp grid, B_c, and what the tiles say"
                   std::string::npos);
             CHECK((t.str().find("loads one k-step ahead") != std::string::npos) == t.prefetch);
         }
-        // c2 and c4 hold Sᵀ of the whole pass, c3 and c4 load ahead; the defaults are the sweep's fastest
+        // c2 and c4 hold Sᵀ of the whole pass, c3 and c4 load ahead; c5, c6, c7 are c1, c2, c4 with
+        // float2 dQ atomics (c0–c4: float4); the defaults are the sweep's fastest
         CHECK((all[2].s_sub == 32 && !all[2].prefetch && all[3].s_sub == 16 && all[3].prefetch &&
                all[4].s_sub == 32 && all[4].prefetch));
-        CHECK(tuned_candidate(D, kFa2Layout) == (D == 64 ? 1 : 4));
+        for (int k = 0; k < 5; ++k) CHECK(all[std::size_t(k)].dq_vec == 4);
+        for (auto [twin, of] : {std::pair{5, 1}, std::pair{6, 2}, std::pair{7, 4}}) {
+            const BwdTiles& t = all[std::size_t(twin)];
+            const BwdTiles& o = all[std::size_t(of)];
+            INFO("c" << twin << " against c" << of);
+            CHECK(t.dq_vec == 2);
+            CHECK((t.sub == o.sub && t.s_sub == o.s_sub && t.prefetch == o.prefetch && t.Br == o.Br &&
+                   t.kv_in_regs == o.kv_in_regs));
+            CHECK(t.str().find("dQ atomics float2") != std::string::npos);
+        }
+        CHECK(tuned_candidate(D, kFa2Layout) == (D == 64 ? 5 : 6));
         CHECK(variant_name(kFa2Layout) == "6-fa2-layout");
     }
     // steps 1–5 keep 16 keys per warp

@@ -92,6 +92,11 @@ inline void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row_address) {
 }
 
 inline void cp_async_16(void* smem, const void* gmem) { emu::cp_async_16(smem, gmem); }
+/// Source size 0 when !valid: the 16 bytes become zeros when the group completes, as on the GPU.
+inline void cp_async_16_zfill(void* smem, const void* gmem, bool valid) {
+    static const std::uint32_t zeros[4] = {};
+    emu::cp_async_16(smem, valid ? gmem : zeros);
+}
 inline void cp_async_commit() { emu::cp_async_commit(); }
 template <int Pending>
 void cp_async_wait() {

@@ -116,6 +116,19 @@ FA_HOST_DEVICE constexpr int swizzled_k_step(int lane_offset, int kk) {
     return (lane_offset ^ (16 * (kk % 4))) + 64 * (kk / 4);
 }
 
+/// Where `lane` stores (or reads with ordinary loads) register r of its A fragment of rows
+/// R0 + 16·mt.., columns C0 + 16·kk.. of a swizzled tile of rows of D elements (a multiple of 64),
+/// from the lane's offset in the k-step-0 fragment's column half r / 2:
+///     half_offset = swizzle(R0 + lane_group(lane), C0 + 2·lane_in_group(lane) + 8·(r / 2), D).
+/// The result is swizzle(R0 + 16·mt + frag_a_row(lane, r), C0 + 16·kk + frag_a_col(lane, r, 0), D)
+/// when R0 is a multiple of 8 and, for kk < K (a power of two), C0 a multiple of 16·K: rows 8 and 16
+/// further keep r % 8, an immediate R·D; the k-step bits of C0's chunk are zero, so the step is the
+/// XOR of swizzled_k_step. A warp's 4 · MT · K registers then need two offsets per k-step (ptxas
+/// otherwise kept one address register per register stored). The tests check it for every lane.
+FA_HOST_DEVICE constexpr int swizzled_a_frag_offset(int half_offset, int mt, int kk, int r, int D) {
+    return swizzled_k_step(half_offset, kk) + (16 * mt + 8 * (r % 2)) * D;
+}
+
 /// swizzle(lr, 16·kk + lc, D) split the same way for every D the swizzle takes (the identity above
 /// with R0 = 0; the tests check it for every lane, kk and D):
 ///   D a multiple of 64: swizzled_k_step of the lane's offset, as above;

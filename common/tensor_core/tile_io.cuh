@@ -48,11 +48,11 @@ __device__ __forceinline__ void load_tile_columns(uint16_t* tile, const uint16_t
     #pragma unroll
     for (int k = 0; k < Rows / kRowsPerPass; ++k) {
         uint16_t* d = dst + k * kRowsPerPass * D;
-        if (row0 + r + k * kRowsPerPass < N) {
-            if constexpr (How == Copy::kAsync)
-                cp_async_16(d, src + k * kRowsPerPass * D);
-            else
-                *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(src + k * kRowsPerPass * D);
+        const bool valid = row0 + r + k * kRowsPerPass < N;
+        if constexpr (How == Copy::kAsync) {
+            cp_async_16_zfill(d, valid ? src + k * kRowsPerPass * D : head, valid);
+        } else if (valid) {
+            *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(src + k * kRowsPerPass * D);
         } else {
             *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
         }
@@ -63,8 +63,11 @@ __device__ __forceinline__ void load_tile_columns(uint16_t* tile, const uint16_t
 
 /// Loads rows row0 .. row0+Rows−1 of `head` (N rows of D elements, D a multiple of 8) into the
 /// tile `tile`, stored swizzled (`Swizzled`) or row-major; rows ≥ N become zeros. All `Threads`
-/// threads of the block call it. With Copy::kAsync the caller commits and waits (the zero rows are
-/// ordinary stores). Which thread moves which chunk: load_tile_columns.
+/// threads of the block call it. With Copy::kAsync the caller commits and waits; the zero rows are
+/// cp.async too, with source size 0 (cp_async_16_zfill from the head's first row, which is never
+/// read): one instruction without a branch per chunk. (With an ordinary zero store in the other
+/// branch, ptxas put three predicated-off shared loads beside every cp.async, a tenth of chapter 8's
+/// dK/dV loop.) Which thread moves which chunk: load_tile_columns.
 template <int Rows, int D, int Threads, bool Swizzled, Copy How>
 __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* head, int row0, int N) {
     load_tile_columns<Rows, D, Threads, Swizzled, How, 0>(tile, head, row0, N);

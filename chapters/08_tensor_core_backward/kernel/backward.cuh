@@ -168,19 +168,26 @@ __device__ __forceinline__ int pds_offset(int row, int col) {
 }
 
 /// Writes a warp's packed A fragments (its MT · 16 key rows r0.., one pass's Sub query columns
-/// from c0) into a Pᵀ/dSᵀ tile.
+/// from c0) into a Pᵀ/dSᵀ tile. r0 is a multiple of 16 and c0 of Sub (a power of two), so every
+/// register's offset is one of the lane's two k-step-0 offsets stepped by tc::swizzled_a_frag_offset
+/// (an XOR per k-step, rows as immediates): 2 · Sub/16 address registers instead of 4 · MT · Sub/16.
 template <class Cfg, int MT>
 __device__ __forceinline__ void store_a_frags(uint16_t* tile, const uint32_t (&a)[MT][Cfg::kSub / 16][4], int r0,
                                               int c0, int lane) {
+    static_assert((Cfg::kSub & (Cfg::kSub - 1)) == 0, "store_a_frags: passes of a power of two columns");
+    int half[2];  // the lane's offsets of register 0 (h = 0) and 2 (h = 1) of k-step 0, m-tile 0
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) half[h] = pds_offset<Cfg>(r0 + tc::frag_a_row(lane, 0), c0 + tc::frag_a_col(lane, 2 * h, 0));
     #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
         #pragma unroll
         for (int kk = 0; kk < Cfg::kSub / 16; ++kk)
             #pragma unroll
-            for (int r = 0; r < 4; ++r)
-                *reinterpret_cast<uint32_t*>(tile + pds_offset<Cfg>(r0 + 16 * mt + tc::frag_a_row(lane, r),
-                                                                    c0 + 16 * kk + tc::frag_a_col(lane, r, 0))) =
-                    a[mt][kk][r];
+            for (int r = 0; r < 4; ++r) {
+                const int at = Cfg::kLdmatrix ? tc::swizzled_a_frag_offset(half[r / 2], mt, kk, r, Cfg::Br)
+                                              : half[r / 2] + 16 * kk + (16 * mt + 8 * (r % 2)) * Cfg::Br;
+                *reinterpret_cast<uint32_t*>(tile + at) = a[mt][kk][r];
+            }
 }
 
 /// Reads them back (steps 1–3): chapter 7's A-fragment load on a tile of row stride B_r.
@@ -210,11 +217,10 @@ __device__ __forceinline__ void load_ds_frag(uint32_t (&a)[4], const uint16_t* d
     }
 }
 
-/// Line 15's atomics for one 16 × 8 accumulator tile c of dQ_i (rows row0.., columns col0..), Vec
-/// floats per atomicAdd instead of one: fewer atomic instructions, each adding a contiguous 8 or
-/// 16 bytes. Lane l (g = l / 4, t = l % 4) holds rows g (c0, c1) and g + 8 (c2, c3), columns 2t
-/// and 2t + 1 (tc::frag_c_row, tc::frag_c_col).
-///   Vec 2: one float2 per row: the lane's own two columns.
+/// Line 15's atomics for one 16 × 8 accumulator tile c of dQ_i with vector atomics (step 5's
+/// option), fewer atomic instructions each adding a contiguous 8 or 16 bytes; see dq_add_tile for
+/// `at`, row_g and kCheckRows.
+///   Vec 2: each row's float2 at its own place: `at` plus an immediate.
 ///   Vec 4: lanes l and l ^ 1 (t even and t + 1) hold columns 4·(t/2)..4·(t/2) + 3 of both rows
 ///     between them. The even lane takes row g, the odd lane row g + 8: each gives the other the
 ///     row it does not take (one shuffle per pair of values exchanged), then adds one float4 of
@@ -222,50 +228,55 @@ __device__ __forceinline__ void load_ds_frag(uint32_t (&a)[4], const uint16_t* d
 /// Vector atomics need aligned addresses (8 or 16 bytes): the workspace starts a multiple of 1 KB
 /// into its allocation (after L2 and D_i, whose rows are padded to multiples of 128), its rows are
 /// D floats, and the columns a lane adds start at an even (Vec 2) or a multiple of 4 (Vec 4).
-template <int Vec>
-__device__ __forceinline__ void dq_add_vector(float* dQacc_head, const float (&c)[4], int row0, int col0, int N,
-                                              int D, int lane) {
+template <int Vec, bool kCheckRows, int D>
+__device__ __forceinline__ void dq_add_vector(float* at, const float (&c)[4], int row_g, int N, int lane) {
     if constexpr (Vec == 2) {
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = row0 + tc::frag_c_row(lane, 2 * r);
-            if (row < N)
-                atomicAdd(reinterpret_cast<float2*>(dQacc_head + row * D + col0 + tc::frag_c_col(lane, 0)),
-                          make_float2(c[2 * r], c[2 * r + 1]));
-        }
+        for (int r = 0; r < 2; ++r)
+            if (!kCheckRows || row_g + 8 * r < N)
+                atomicAdd(reinterpret_cast<float2*>(at + 8 * D * r), make_float2(c[2 * r], c[2 * r + 1]));
     } else {
         static_assert(Vec == 4, "dq_add_vector: 2 or 4 floats per atomic");
         const bool odd = lane & 1;  // takes row g + 8
         const float give0 = odd ? c[0] : c[2], give1 = odd ? c[1] : c[3];
         const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
         const float4 v = odd ? make_float4(got0, got1, c[2], c[3]) : make_float4(c[0], c[1], got0, got1);
-        const int row = row0 + tc::frag_c_row(lane, odd ? 2 : 0), col = col0 + tc::frag_c_col(lane & ~1, 0);
-        if (row < N) atomicAdd(reinterpret_cast<float4*>(dQacc_head + row * D + col), v);
+        if (!kCheckRows || row_g + (odd ? 8 : 0) < N)
+            atomicAdd(reinterpret_cast<float4*>(at + (odd ? 8 * D - 2 : 0)), v);
     }
 }
 
-/// Line 15's atomics for one 16 × 8 accumulator tile c of dQ_i (rows row0.., columns col0..):
-/// one float per atomicAdd, or (step 5) Vec floats.
-template <int Vec>
-__device__ __forceinline__ void dq_add_tile(float* dQacc_head, const float (&c)[4], int row0, int col0, int N, int D,
-                                            int lane) {
+/// Line 15's atomics for one 16 × 8 accumulator tile c of dQ_i: one float per atomicAdd, or (step
+/// 5) Vec floats (dq_add_vector). Lane l (g = l / 4, t = l % 4) holds rows g (c0, c1) and g + 8
+/// (c2, c3), columns 2t and 2t + 1 (tc::frag_c_row, tc::frag_c_col); `at` is its element (g, 2t) of
+/// the tile in the workspace (rows of D floats), so every add is `at` plus an immediate, and row_g
+/// is that element's row of the head. Rows at or past N are skipped when kCheckRows: a Q_i tile
+/// that ends at or before N needs no check, and without one the adds are straight-line code (with
+/// it, each add sat in a branch of its own).
+template <int Vec, bool kCheckRows, int D>
+__device__ __forceinline__ void dq_add_tile(float* at, const float (&c)[4], int row_g, int N, int lane) {
     if constexpr (Vec == 1) {
         #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int row = row0 + tc::frag_c_row(lane, i);
-            if (row < N) atomicAdd(dQacc_head + row * D + col0 + tc::frag_c_col(lane, i), c[i]);
-        }
+        for (int i = 0; i < 4; ++i)
+            if (!kCheckRows || row_g + 8 * (i / 2) < N) atomicAdd(at + 8 * D * (i / 2) + i % 2, c[i]);
     } else {  // step 5: vector atomics
-        dq_add_vector<Vec>(dQacc_head, c, row0, col0, N, D, lane);
+        dq_add_vector<Vec, kCheckRows, D>(at, c, row_g, N, lane);
     }
 }
+
+/// Nothing between the k-steps of a product (mma_prefetched's default).
+struct NoStep {
+    __device__ __forceinline__ void operator()(int) const {}
+};
 
 /// acc (MT m-tiles × 2·NP n-tiles) += A · B over KSteps k-steps, in FlashAttention-2's order: the
 /// fragments of k-step kk + 1 are read (ldmatrix) before the products of k-step kk, so that their
 /// latency hides behind those products. load_a(a, mt, kk) and load_b(b, np, kk) read one A fragment
 /// and one pair of B fragments; each accumulator still adds its k-steps in ascending order.
-template <class T, int MT, int NP, int KSteps, class LoadA, class LoadB>
-__device__ __forceinline__ void mma_prefetched(float (&acc)[MT][2 * NP][4], LoadA load_a, LoadB load_b) {
+/// after_step(kk), if given, runs after k-step kk's products (step 6 puts line 15's atomics there).
+template <class T, int MT, int NP, int KSteps, class LoadA, class LoadB, class AfterStep = NoStep>
+__device__ __forceinline__ void mma_prefetched(float (&acc)[MT][2 * NP][4], LoadA load_a, LoadB load_b,
+                                               AfterStep after_step = {}) {
     uint32_t a[2][MT][4], b[2][NP][2][2];
     #pragma unroll
     for (int mt = 0; mt < MT; ++mt) load_a(a[0][mt], mt, 0);
@@ -287,7 +298,102 @@ __device__ __forceinline__ void mma_prefetched(float (&acc)[MT][2 * NP][4], Load
                 tc::mma_m16n8k16<T>(acc[mt][2 * np], a[cur][mt], b[cur][np][0]);
                 tc::mma_m16n8k16<T>(acc[mt][2 * np + 1], a[cur][mt], b[cur][np][1]);
             }
+        after_step(kk);
     }
+}
+
+/// Zeroes an accumulator.
+template <int MT, int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[MT][NT][4]) {
+    #pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+        #pragma unroll
+        for (int n = 0; n < NT; ++n)
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][n][i] = 0.0f;
+}
+
+/// The lane's element (g, 2t) of the 16 × 8 tile of dQ_i at rows row0.., columns col0.. in the
+/// workspace (dq_add_tile's `at`).
+template <int D>
+__device__ __forceinline__ float* dq_lane_at(float* dQacc_head, int row0, int col0, int lane) {
+    return dQacc_head + (row0 + tc::frag_c_row(lane, 0)) * D + col0 + tc::frag_c_col(lane, 0);
+}
+
+/// add(std::false_type{}) for a Q_i tile (rows q0..q0 + Br − 1) that ends at or before N, else
+/// add(std::true_type{}): dq_add_tile's row check only where rows reach past N.
+template <int Br, class Add>
+__device__ __forceinline__ void with_row_check(int q0, int N, Add add) {
+    if (q0 + Br <= N)
+        add(std::false_type{});
+    else
+        add(std::true_type{});
+}
+
+/// Line 15's warp tile with DqM > 1 (step 5's option, step 6's layout): warp w takes m-tiles
+/// mt0 = DqM·(w mod B_r/(16·DqM)).. and the kDqCols columns from 16·dd0, in kTiles 16 × 8
+/// accumulator tiles, tile u = m·2·kPairs + n.
+template <class Cfg>
+struct DqWarpTile {
+    static constexpr int M = Cfg::kDqM, kPairs = Cfg::kDqCols / 16;  // 16-column pairs of d per warp
+    static constexpr int kRowUnits = Cfg::Br / 16 / M, kTiles = M * 2 * kPairs;
+    int mt0, dd0;
+    __device__ __forceinline__ explicit DqWarpTile(int warp)
+        : mt0(M * (warp % kRowUnits)), dd0(kPairs * (warp / kRowUnits)) {}
+};
+
+/// Line 15's product for DqM > 1: acc = dS K_j for the warp's tile (DqWarpTile), the accumulators
+/// held while it walks the keys 16 at a time: every K_j fragment serves DqM m-tiles, so the warps
+/// together read K_j B_r/(16·DqM) times instead of B_r/16.
+template <class T, class Cfg>
+__device__ __forceinline__ void dq_product(float (&acc)[Cfg::kDqM][2 * (Cfg::kDqCols / 16)][4], const uint16_t* dSt,
+                                           const uint16_t* Ks, int warp, int lane) {
+    using Tile = DqWarpTile<Cfg>;
+    const Tile w(warp);
+    zero_acc(acc);
+    if constexpr (Cfg::kPrefetch) {  // step 6 option: FA2's order of loads and products
+        mma_prefetched<T, Tile::M, Tile::kPairs, Cfg::Bc / 16>(
+            acc, [&](uint32_t(&a)[4], int m, int kk) { load_ds_frag<Cfg>(a, dSt, w.mt0 + m, kk, lane); },
+            [&](uint32_t(&b)[2][2], int s, int kk) { ch7::load_v_frags<typename Cfg::Warp>(b, Ks, kk, w.dd0 + s, lane); });
+    } else {
+        #pragma unroll
+        for (int kk = 0; kk < Cfg::Bc / 16; ++kk) {
+            uint32_t a[Tile::M][4];
+            #pragma unroll
+            for (int m = 0; m < Tile::M; ++m) load_ds_frag<Cfg>(a[m], dSt, w.mt0 + m, kk, lane);
+            #pragma unroll
+            for (int s = 0; s < Tile::kPairs; ++s) {
+                uint32_t b[2][2];
+                ch7::load_v_frags<typename Cfg::Warp>(b, Ks, kk, w.dd0 + s, lane);  // B = K_j: keys × d, .trans
+                #pragma unroll
+                for (int m = 0; m < Tile::M; ++m) {
+                    tc::mma_m16n8k16<T>(acc[m][2 * s], a[m], b[0]);
+                    tc::mma_m16n8k16<T>(acc[m][2 * s + 1], a[m], b[1]);
+                }
+            }
+        }
+    }
+}
+
+/// Line 15's atomics for tiles first..first + Count − 1 of dq_product's acc (all kTiles, or step
+/// 6's share between two k-steps of line 12, where the adds run beside tensor-core work instead of
+/// in one burst that fills the memory pipeline). Unscaled: convert_dq_kernel applies the scale.
+template <class Cfg, int Count>
+__device__ __forceinline__ void dq_atomics(float* dQacc_head, const float (&acc)[Cfg::kDqM][2 * (Cfg::kDqCols / 16)][4],
+                                           int q0, int N, int warp, int lane, int first) {
+    using Tile = DqWarpTile<Cfg>;
+    constexpr int D = Cfg::D, kDqVec = Cfg::kDqVec <= kMaxDqVec ? Cfg::kDqVec : 1;  // scalar where vectors do not exist
+    const Tile w(warp);
+    float* at = dq_lane_at<D>(dQacc_head, q0 + 16 * w.mt0, 16 * w.dd0, lane);  // every tile's: this plus an immediate
+    with_row_check<Cfg::Br>(q0, N, [&](auto check) {
+        #pragma unroll
+        for (int i = 0; i < Count; ++i) {
+            const int u = first + i, m = u / (2 * Tile::kPairs), n = u % (2 * Tile::kPairs);
+            if (u < Tile::kTiles)
+                dq_add_tile<kDqVec, decltype(check)::value, D>(at + 16 * m * D + 8 * n, acc[m][n],
+                                                               q0 + 16 * (w.mt0 + m) + tc::frag_c_row(lane, 0), N, lane);
+        }
+    });
 }
 
 /// Line 15 with atomics: dQ_i += dS K_j (unscaled; convert_dq_kernel applies the scale), from
@@ -296,9 +402,7 @@ __device__ __forceinline__ void mma_prefetched(float (&acc)[MT][2 * NP][4], Load
 ///   DqM = 1: B_r/16 m-tiles and, when there are more warps than m-tiles, column slices; warp w
 ///     takes units w, w + Warps, ... and holds the unit's dS fragments (B_c/16 of them) while it
 ///     walks its columns 16 at a time: every K_j fragment it reads serves one m-tile.
-///   DqM = 2, 4 (step 5): warp w takes m-tiles DqM·(w mod B_r/(16·DqM)).. and kDqCols columns, and
-///     holds their accumulators while it walks the keys 16 at a time: every K_j fragment serves
-///     DqM m-tiles, so the warps together read K_j B_r/(16·DqM) times instead of B_r/16.
+///   DqM = 2, 4 (step 5): dq_product, then dq_atomics of all its tiles.
 template <class T, class Cfg>
 __device__ __forceinline__ void dq_add(float* dQacc_head, const uint16_t* dSt, const uint16_t* Ks, int q0, int N,
                                        int warp, int lane) {
@@ -323,42 +427,19 @@ __device__ __forceinline__ void dq_add(float* dQacc_head, const uint16_t* dSt, c
                     tc::mma_m16n8k16<T>(acc[0], a[kk], b[0]);
                     tc::mma_m16n8k16<T>(acc[1], a[kk], b[1]);
                 }
-                #pragma unroll
-                for (int h = 0; h < 2; ++h) dq_add_tile<kDqVec>(dQacc_head, acc[h], q0 + 16 * mt, 16 * dd + 8 * h, N, D, lane);
-            }
-        }
-    } else {  // step 5: DqM m-tiles × kDqCols columns per warp, accumulators held across the keys
-        constexpr int M = Cfg::kDqM, kPairs = Cfg::kDqCols / 16;  // 16-column pairs of d per warp
-        constexpr int kRowUnits = kRowTiles / M;
-        const int mt0 = M * (warp % kRowUnits), dd0 = kPairs * (warp / kRowUnits);
-        float acc[M][2 * kPairs][4] = {};
-        if constexpr (Cfg::kPrefetch) {  // step 6 option: FA2's order of loads and products
-            mma_prefetched<T, M, kPairs, Cfg::Bc / 16>(
-                acc, [&](uint32_t(&a)[4], int m, int kk) { load_ds_frag<Cfg>(a, dSt, mt0 + m, kk, lane); },
-                [&](uint32_t(&b)[2][2], int s, int kk) { ch7::load_v_frags<typename Cfg::Warp>(b, Ks, kk, dd0 + s, lane); });
-        } else {
-            #pragma unroll
-            for (int kk = 0; kk < Cfg::Bc / 16; ++kk) {
-                uint32_t a[M][4];
-                #pragma unroll
-                for (int m = 0; m < M; ++m) load_ds_frag<Cfg>(a[m], dSt, mt0 + m, kk, lane);
-                #pragma unroll
-                for (int s = 0; s < kPairs; ++s) {
-                    uint32_t b[2][2];
-                    ch7::load_v_frags<typename Cfg::Warp>(b, Ks, kk, dd0 + s, lane);  // B = K_j: keys × d, .trans
+                float* at = dq_lane_at<D>(dQacc_head, q0 + 16 * mt, 16 * dd, lane);
+                with_row_check<Cfg::Br>(q0, N, [&](auto check) {
                     #pragma unroll
-                    for (int m = 0; m < M; ++m) {
-                        tc::mma_m16n8k16<T>(acc[m][2 * s], a[m], b[0]);
-                        tc::mma_m16n8k16<T>(acc[m][2 * s + 1], a[m], b[1]);
-                    }
-                }
+                    for (int h = 0; h < 2; ++h)
+                        dq_add_tile<kDqVec, decltype(check)::value, D>(at + 8 * h, acc[h],
+                                                                       q0 + 16 * mt + tc::frag_c_row(lane, 0), N, lane);
+                });
             }
         }
-        #pragma unroll
-        for (int m = 0; m < M; ++m)
-            #pragma unroll
-            for (int n = 0; n < 2 * kPairs; ++n)
-                dq_add_tile<kDqVec>(dQacc_head, acc[m][n], q0 + 16 * (mt0 + m), 16 * dd0 + 8 * n, N, D, lane);
+    } else {
+        float acc[Cfg::kDqM][2 * (Cfg::kDqCols / 16)][4];
+        dq_product<T, Cfg>(acc, dSt, Ks, warp, lane);
+        dq_atomics<Cfg, DqWarpTile<Cfg>::kTiles>(dQacc_head, acc, q0, N, warp, lane, 0);
     }
 }
 
@@ -378,17 +459,6 @@ __device__ __forceinline__ void store_acc(uint16_t* dst_head, const float (&acc)
                 *reinterpret_cast<uint32_t*>(dst_head + row * D + col0 + 8 * d + tc::frag_c_col(lane, 2 * h)) =
                     tc::pack2<T>(mul * acc[mt][d][2 * h], mul * acc[mt][d][2 * h + 1]);
         }
-}
-
-/// Zeroes an accumulator.
-template <int MT, int NT>
-__device__ __forceinline__ void zero_acc(float (&acc)[MT][NT][4]) {
-    #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-        #pragma unroll
-        for (int n = 0; n < NT; ++n)
-            #pragma unroll
-            for (int i = 0; i < 4; ++i) acc[mt][n][i] = 0.0f;
 }
 
 /// Copies `rows` floats (a multiple of 4) of a padded row vector into shared memory, 16 bytes

@@ -15,7 +15,8 @@
 ///     the whole inner loop), k = the B_r queries of the tile: A = Pᵀ or dSᵀ rows from shared
 ///     memory (half of them written by the other warps of the key group), B = dO_i or Q_i read
 ///     with ldmatrix.trans;
-///   line 15: dq_add (backward.cuh) with 32-row warp tiles.
+///   line 15: dq_product (backward.cuh) with 32-row warp tiles, then its adds (dq_atomics) a few
+///     tiles at a time between the k-steps of line 12.
 /// Everything else is steps 1–5's: the preprocess and dQ conversion kernels, the tile loads, the
 /// masks, P and dS, the dQ atomics, the causal start of the inner loop.
 #pragma once
@@ -53,14 +54,17 @@ __device__ __forceinline__ void warp_scores(float (&S)[2][W::Bc / 8][4], const u
 
 /// Lines 12 and 16 in the FA2 layout: acc (32 key rows wk.., kWarpCols columns from 16 · dd0) +=
 /// A · B, A = rows wk..wk + 31 of a Pᵀ or dSᵀ tile (B_c × B_r), B = the Q_i or dO_i tile read
-/// transposed (k = its B_r queries, 16 at a time, in the order steps 4–5 add them).
-template <class T, class Cfg>
+/// transposed (k = its B_r queries, 16 at a time, in the order steps 4–5 add them); after_step(kk)
+/// after k-step kk's products.
+template <class T, class Cfg, class AfterStep = NoStep>
 __device__ __forceinline__ void accumulate_cols(float (&acc)[2][Cfg::kWarpCols / 8][4], const uint16_t* At,
-                                                const uint16_t* Bs, int wk, int dd0, int lane) {
+                                                const uint16_t* Bs, int wk, int dd0, int lane,
+                                                AfterStep after_step = {}) {
     if constexpr (Cfg::kPrefetch) {
         mma_prefetched<T, 2, Cfg::kWarpCols / 16, Cfg::Br / 16>(
             acc, [&](uint32_t(&a)[4], int mt, int kk) { ch7::load_a_frag<typename Cfg::PdsTile>(a, At, wk + 16 * mt, kk, lane); },
-            [&](uint32_t(&b)[2][2], int s, int kk) { ch7::load_v_frags<typename Cfg::Warp>(b, Bs, kk, dd0 + s, lane); });
+            [&](uint32_t(&b)[2][2], int s, int kk) { ch7::load_v_frags<typename Cfg::Warp>(b, Bs, kk, dd0 + s, lane); },
+            after_step);
     } else {
         #pragma unroll
         for (int kk = 0; kk < Cfg::Br / 16; ++kk) {
@@ -77,6 +81,7 @@ __device__ __forceinline__ void accumulate_cols(float (&acc)[2][Cfg::kWarpCols /
                     tc::mma_m16n8k16<T>(acc[mt][2 * s + 1], a[mt], b[1]);
                 }
             }
+            after_step(kk);
         }
     }
 }
@@ -189,10 +194,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdPar
             }
         }
         __syncthreads();  // Pᵀ, dSᵀ complete: lines 12, 15, 16 read rows other warps wrote
-        // line 15 first, so that its atomics are in flight while lines 12 and 16 run (in the other
-        // order ptxas spilled: README, "Step 6")
-        if constexpr (kAtomicDq) dq_add<T, Cfg>(p.dQacc + head * D, dSt, Ks, q0, p.N, warp, lane);
-        accumulate_cols<T, Cfg>(dV, Pt, dOs, wk, dd0, lane);  // line 12: dV_j += Pᵀ dO_i
+        if constexpr (kAtomicDq) {
+            // line 15's product first (in the other order ptxas spilled: README, "Step 6"), its
+            // atomics a few at a time between the k-steps of line 12, beside tensor-core work (in
+            // one burst they filled the memory pipeline and the next instructions waited for it)
+            constexpr int kPerStep = fa::ceil_div(DqWarpTile<Cfg>::kTiles, Br / 16);
+            float dQ[Cfg::kDqM][2 * (Cfg::kDqCols / 16)][4];
+            dq_product<T, Cfg>(dQ, dSt, Ks, warp, lane);
+            accumulate_cols<T, Cfg>(dV, Pt, dOs, wk, dd0, lane, [&](int kk) {  // line 12: dV_j += Pᵀ dO_i
+                dq_atomics<Cfg, kPerStep>(p.dQacc + head * D, dQ, q0, p.N, warp, lane, kPerStep * kk);
+            });
+        } else {
+            accumulate_cols<T, Cfg>(dV, Pt, dOs, wk, dd0, lane);  // line 12: dV_j += Pᵀ dO_i
+        }
         accumulate_cols<T, Cfg>(dK, dSt, Qs, wk, dd0, lane);  // line 16: dK_j += dSᵀ Q_i
     }
     // lines 17–18: the warp's 32 keys × kWarpCols columns of dK_j (times the softmax scale) and dV_j

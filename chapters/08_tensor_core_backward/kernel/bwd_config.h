@@ -121,7 +121,8 @@ struct BwdConfig {
 ///   lines 12, 16: warp (kw, qw) owns dV_j, dK_j for the same 32 keys and columns qw · kWarpCols..
 ///     (D / kQueryWarps of them), with k = all B_r queries: Pᵀ, dSᵀ of the other warp of its key
 ///     group come from shared memory;
-///   line 15: dq_add with DqM = 2, 32 queries × kDqCols columns per warp.
+///   line 15: dq_product with DqM = 2, 32 queries × kDqCols columns per warp, its adds
+///     (dq_atomics) spread between the k-steps of line 12.
 /// Pipeline as step 3 (cp.async of Q_i, dO_i, L_i, D_i in `Stages` buffers); ldmatrix from
 /// swizzled tiles as step 2; K_j, V_j fragments in registers when `KVInRegs`; with `Prefetch` every
 /// warp product reads the fragments of its next k-step before it multiplies those of this one, the
@@ -145,7 +146,7 @@ struct Fa2LayoutConfig {
     static constexpr int kQueryWarps = Warps / kKeyWarps;        ///< along the queries (lines 10–14) and D (12, 16)
     static constexpr int kWarpQueries = Br_ / kQueryWarps;      ///< a warp's queries of the tile in lines 10–14
     static constexpr int kWarpCols = D_ / kQueryWarps;          ///< a warp's columns of dK_j, dV_j
-    static constexpr int kDqM = 2;                               ///< line 15 in 32-row warp tiles too (dq_add)
+    static constexpr int kDqM = 2;                               ///< line 15 in 32-row warp tiles too (dq_product)
     static constexpr int kDqCols = Br_ * D_ / (16 * kDqM * Warps);
     static constexpr bool kLdmatrix = true;
 

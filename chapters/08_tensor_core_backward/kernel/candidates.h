@@ -66,27 +66,34 @@ using Candidates128 = ch7::ConfigList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 3
 /// D = 64. --dq split pairs each with c9's dQ kernel. c0 and c1 hold Sᵀ 16 queries at a time (passes
 /// of 32 and 16); c2 holds Sᵀ of the whole 32-query pass (FA2's 32 × 32 warp tile of S); c3 and c4
 /// are c0 and c2 with every warp product's loads one k-step ahead (Fa2LayoutConfig's Prefetch).
+/// c5, c6, c7 are c1, c2, c4 with float2 dQ atomics: with line 15's adds spread between the k-steps
+/// of line 12 (backward_fa2.cuh) they need no shuffle and no register moves, which float4's do.
 template <class Bwd>
 using Fa2Pair = KernelPair<Bwd, DqConfig<5, Bwd::D, 8, 64>>;
 using Fa2Candidates64 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4>>,
                                         Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 16, 4>>,
                                         Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4, 32>>,
                                         Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4, 16, true>>,
-                                        Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4, 32, true>>>;
+                                        Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4, 32, true>>,
+                                        Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 16, 2>>,
+                                        Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 2, 32>>,
+                                        Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 2, 32, true>>>;
 using Fa2Candidates128 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4>>,
                                          Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 16, 4>>,
                                          Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4, 32>>,
                                          Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4, 16, true>>,
-                                         Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4, 32, true>>>;
+                                         Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4, 32, true>>,
+                                         Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 16, 2>>,
+                                         Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 2, 32>>,
+                                         Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 2, 32, true>>>;
 
 /// Step 5's default candidate per head dim: the fastest in the sweep (./chapter8 --sweep; README,
 /// step 5), B_c = B_r = 128 with float4 dQ atomics at both head dims.
 constexpr int kTunedCandidate64 = 9;
 constexpr int kTunedCandidate128 = 9;
-/// Step 6's default candidate per head dim (README, step 6): c4 at D = 128, the fastest in every
-/// H200 sweep; at D = 64 the five are within 3% and c1 (no spills) was the fastest in three of
-/// the four sweeps.
-constexpr int kFa2Candidate64 = 1;
-constexpr int kFa2Candidate128 = 4;
+/// Step 6's default candidate per head dim (README, step 6): the fastest in the H200 sweeps, c6
+/// (FA2's 32 × 32 tile of S, float2 dQ atomics) at D = 128 and c5 (c1 with float2 atomics) at D = 64.
+constexpr int kFa2Candidate64 = 5;
+constexpr int kFa2Candidate128 = 6;
 
 }  // namespace ch8
