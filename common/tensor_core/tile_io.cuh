@@ -66,8 +66,8 @@ __device__ __forceinline__ void load_tile_columns(uint16_t* tile, const uint16_t
 /// threads of the block call it. With Copy::kAsync the caller commits and waits; the zero rows are
 /// cp.async too, with source size 0 (cp_async_16_zfill from the head's first row, which is never
 /// read): one instruction without a branch per chunk. (With an ordinary zero store in the other
-/// branch, ptxas put three predicated-off shared loads beside every cp.async, a tenth of chapter 8's
-/// dK/dV loop.) Which thread moves which chunk: load_tile_columns.
+/// branch, ptxas put three predicated-off shared loads beside every cp.async.) Which thread moves
+/// which chunk: load_tile_columns.
 template <int Rows, int D, int Threads, bool Swizzled, Copy How>
 __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* head, int row0, int N) {
     load_tile_columns<Rows, D, Threads, Swizzled, How, 0>(tile, head, row0, N);

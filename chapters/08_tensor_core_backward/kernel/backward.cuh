@@ -69,6 +69,10 @@ constexpr int kMaxDqVec = 4;
 #else
 constexpr int kMaxDqVec = 1;
 #endif
+/// The floats per dQ atomicAdd a configuration runs in this build: its DqVec where vector atomics
+/// exist, one otherwise (the scalar fallback).
+template <class Cfg>
+constexpr int kDqVecRun = Cfg::kDqVec <= kMaxDqVec ? Cfg::kDqVec : 1;
 
 // The kernels exist in every build; their bodies need compute capability 8.0 (FA_TC_SM80) and
 // __trap() otherwise (the host refuses older devices before launching).
@@ -382,7 +386,7 @@ template <class Cfg, int Count>
 __device__ __forceinline__ void dq_atomics(float* dQacc_head, const float (&acc)[Cfg::kDqM][2 * (Cfg::kDqCols / 16)][4],
                                            int q0, int N, int warp, int lane, int first) {
     using Tile = DqWarpTile<Cfg>;
-    constexpr int D = Cfg::D, kDqVec = Cfg::kDqVec <= kMaxDqVec ? Cfg::kDqVec : 1;  // scalar where vectors do not exist
+    constexpr int D = Cfg::D, kDqVec = kDqVecRun<Cfg>;
     const Tile w(warp);
     float* at = dq_lane_at<D>(dQacc_head, q0 + 16 * w.mt0, 16 * w.dd0, lane);  // every tile's: this plus an immediate
     with_row_check<Cfg::Br>(q0, N, [&](auto check) {
@@ -407,7 +411,7 @@ template <class T, class Cfg>
 __device__ __forceinline__ void dq_add(float* dQacc_head, const uint16_t* dSt, const uint16_t* Ks, int q0, int N,
                                        int warp, int lane) {
     constexpr int D = Cfg::D, kRowTiles = Cfg::Br / 16;
-    constexpr int kDqVec = Cfg::kDqVec <= kMaxDqVec ? Cfg::kDqVec : 1;  // scalar where vectors do not exist
+    constexpr int kDqVec = kDqVecRun<Cfg>;
     if constexpr (Cfg::kDqM == 1) {
         constexpr int kSlices = Cfg::kWarps > kRowTiles ? Cfg::kWarps / kRowTiles : 1;
         constexpr int kSliceTiles = D / 16 / kSlices;  // 16-column pairs of d per slice
