@@ -66,7 +66,7 @@ class Run:
 # What the sweep runs, per chapter. `repeat` is small where one run is long (the readable
 # one-thread-per-row kernels). Chapter 6 with no --dq runs both dQ strategies and the naive
 # backward; chapter 7's --ladder runs kernels 1 to 6 on the same inputs, one row each; chapter 8's
-# --ladder runs its kernels 1 to 5 with both dQ strategies; chapter 9's --ladder its steps 1 to 6
+# --ladder runs its kernels 1 to 6 with both dQ strategies; chapter 9's --ladder its steps 1 to 6
 # (the chapter 7 kernel it times beside them writes no row), on Hopper only (sm_90a code).
 RUNS = [
     Run(3, "kernel 1", ["--kernel", "1"], repeat=5),
