@@ -58,6 +58,13 @@ inline DeviceInfo device_info() {
     return d;
 }
 
+/// SMs of the device current at the first call, read once: for launches that size their grid by
+/// the SM count on every call (chapter 9's persistent grid, chapter 10's split heuristic).
+inline int sm_count() {
+    static const int sms = device_info().sm_count;
+    return sms;
+}
+
 /// Free device memory in bytes, right now.
 inline std::size_t device_free_bytes() {
     std::size_t free_b = 0, total_b = 0;

@@ -69,19 +69,13 @@ KernelEntry kernel_entry(int variant, int D, int candidate) {
     return HeadDims::with(D, [&](auto d) { return step_entry<T, decltype(d)::value>(variant, candidate); });
 }
 
-/// SMs of the device current at the first call, read once (a persistent grid has a block per SM).
-int sm_count() {
-    static const int sms = fa::device_info().sm_count;
-    return sms;
-}
-
 /// The grid: a block per work item, (T_r, H, B); step 6, persistent: a block per SM, at most one
 /// per item (hopper_config.h, persistent_blocks).
 dim3 grid_of(const Tiles& t, const fa::AttnShape& s) {
     const int Tr = fa::ceil_div(s.N, t.Br);
     if (!t.persistent) return dim3(unsigned(Tr), unsigned(s.H), unsigned(s.B));
     const std::int64_t items = std::int64_t(Tr) * s.B * s.H;  // < 2^31: Q alone would need 2^38 rows
-    return dim3(unsigned(persistent_blocks(sm_count(), int(items))));
+    return dim3(unsigned(persistent_blocks(fa::sm_count(), int(items))));
 }
 
 /// cuTensorMapEncodeTiled from the driver, looked up once through the runtime.

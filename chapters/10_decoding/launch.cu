@@ -19,12 +19,6 @@ void exit_if(const std::string& why, const char* where) {
     std::fprintf(stderr, "%s: %s\n", where, why.c_str());
     std::exit(2);
 }
-
-// The GPU's SMs: the heuristic gives each one block's share (README, "How many splits").
-int sm_count() {
-    static const int sms = fa::device_info().sm_count;
-    return sms;
-}
 }  // namespace
 
 std::string device_unsupported_reason() {
@@ -38,7 +32,8 @@ SplitPlan default_plan(int variant, const DecodeShape& s, int candidate) {
     exit_if(unsupported_reason(variant, s, candidate), "ch10::default_plan");
     const int Bc = block_keys(variant, candidate);
     if (variant == kFa2Grid) return plan_with_chunk(s, s.max_len(), Bc);  // one block reads the whole cache
-    return plan_splits(s, groups_per_split(variant, s), Bc, sm_count());
+    // the heuristic gives each SM one block's share (README, "How many splits")
+    return plan_splits(s, groups_per_split(variant, s), Bc, fa::sm_count());
 }
 
 template <class T>
