@@ -49,7 +49,9 @@ dir_of = $(firstword $(foreach d,$(CHAPTER_DIRS),$(if $(filter $(1),$(call num_o
 two_digits = $(if $(filter 1 2 3 4 5 6 7 8 9,$(1)),0$(1),$(1))
 obj = $(patsubst %,$(BUILD)/%.o,$(basename $(1)))
 
-# Other chapters whose code a chapter links (to reuse a kernel, or to compare with it in one run).
+# Other chapters whose objects a chapter links (to reuse a kernel, or to compare with it in one run).
+# Headers need no entry: chapter 10 compiles chapter 7's kernel headers and chapter 2's state merge,
+# and links nothing of theirs.
 USES_3 := 2
 USES_4 := 2 3
 USES_5 := 2 3 4
@@ -57,7 +59,7 @@ USES_6 := 2 3 4 5
 USES_7 :=
 USES_8 := 2 3 4 5 6 7
 USES_9 := 7
-USES_10 := 2 7
+USES_10 :=
 
 main_src = $(wildcard $(call dir_of,$(1))/main.cu $(call dir_of,$(1))/main.cpp)
 lib_srcs = $(filter-out %/main.cu %/main.cpp,$(shell find $(call dir_of,$(1)) -name '*.cu' -o -name '*.cpp' | sort))
@@ -152,20 +154,25 @@ $(BUILD)/tests/%.o: tests/%.cpp $(FLAGS_STAMP) $(CATCH2_STAMP)
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # ---- targets -----------------------------------------------------------------------------------
-.PHONY: all tests test sanitize docs clean help
+.PHONY: all tests test sanitize docs check-docs clean help
 
 all: $(PROGRAMS)
 
 tests: $(TEST_BINS)
 
-test: all tests
+test: all tests check-docs
 	@tests/run_tests.sh $(TEST_BINS) -- $(TEST_ARGS)
 
 sanitize: $(GPU_TEST_BINS)
 	@tools/sanitize.sh $(GPU_TEST_BINS)
 
-docs:
+docs: check-docs
 	@BUILD=$(BUILD) tools/make_docs.sh
+
+# The docs speak of the course as it is (no process words) and every measured table in them is what
+# tools/doc_tables.py makes from results/ now (tools/check_docs.py).
+check-docs:
+	@$(PYTHON) tools/check_docs.py
 
 # ---- bug-hunt exercises (docs/exercises.md) ------------------------------------------------------
 # make exercise CH=5 BUG=2 plants bug 2 of chapter 5 in a copy (exercises-work/ch5-bug2/), builds the
@@ -201,7 +208,7 @@ BENCH_FLAGS = --chapters "$(BENCH_CHAPTERS)" $(if $(BENCH_D),--dims "$(BENCH_D)"
   $(if $(BENCH_REPEAT),--repeat $(BENCH_REPEAT)) $(if $(BENCH_CHECK_N),--check-seq "$(BENCH_CHECK_N)") \
   $(if $(BENCH_CH4_MAX_N),--ch4-max-seq $(BENCH_CH4_MAX_N)) $(if $(BENCH_TIMEOUT),--timeout $(BENCH_TIMEOUT)) \
   $(if $(BENCH_OUT),--out "$(BENCH_OUT)") $(if $(BENCH_DRY_RUN),--dry-run)
-.PHONY: bench plots results-table compare
+.PHONY: bench plots results-table doc-tables compare
 
 bench: $(if $(BENCH_DRY_RUN),,$(BENCH_PROGRAMS))
 	@$(PYTHON) tools/bench.py $(strip $(BENCH_FLAGS)) --command "$(strip make bench $(BENCH_GIVEN))"
@@ -211,6 +218,9 @@ plots:
 
 results-table:
 	@$(PYTHON) tools/update_readme_table.py $(foreach c,$(CSV),--csv "$(c)")
+
+doc-tables:
+	@$(PYTHON) tools/doc_tables.py
 
 compare: chapter3 chapter4 chapter5 chapter7 chapter9
 	@$(PYTHON) tools/compare_pytorch.py $(COMPARE_ARGS)
@@ -247,11 +257,14 @@ help:
 	@echo "  make plots           PNG figures of results files into docs/figures (CSV=\"full.csv partial.csv\""
 	@echo "                       as for results-table; PYTORCH_CSV=compare_pytorch file(s) add PyTorch's"
 	@echo "                       flash and cuDNN rates; needs tools/requirements.txt)"
-	@echo "  make results-table   rewrite README.md's results section from a results file (CSV=file;"
+	@echo "  make results-table   print the README's results section for a results file (CSV=file;"
 	@echo "                      CSV=\"full.csv partial.csv\": the partial run's chapters replace the full one's)"
 	@echo "  make compare         the course's kernels next to PyTorch's SDPA (needs torch; COMPARE_ARGS=--quick)"
 	@echo "Docs"
 	@echo "  make docs            HTML docs with Doxygen into $(BUILD)/docs/html; fails on a dead local link"
+	@echo "  make check-docs      the docs' own test (make test and make docs run it): no words about how the"
+	@echo "                       course was made, every measured table as results/ gives it"
+	@echo "  make doc-tables      rewrite every measured table in the docs from results/ (tools/doc_tables.py)"
 	@echo "                       (MathJax: libjs-mathjax's when installed, to read offline; else its CDN)"
 	@echo "Other"
 	@echo "  make clean           remove $(BUILD)/, the programs and the exercises' work folders"

@@ -21,6 +21,7 @@
 #include "../common/attention_gpu.h"
 #include "../common/device.h"
 #include "../common/dtype.h"
+#include "../common/math.h"
 #include "../common/reference.h"
 #include "../common/tensor_core/layout.h"
 #include "support.h"
@@ -117,7 +118,8 @@ void check_emulated(int variant, int strategy, int candidate = -1) {
             const Case<T> c = make_case<T>(s, 11 + std::uint64_t(s.N));
             const ch7::RuleVerdict v = low_precision_rule(run_emulated<T>(variant, strategy, c, candidate), c.mirror);
             INFO("emulated " << fa::dtype_name<T>() << " " << s.str() << " kernel " << variant_name(variant) << " dq "
-                             << strategy_name(strategy) << " candidate " << candidate << "\n" << v.text);
+                             << strategy_name(strategy) << " candidate " << candidate_name(variant, candidate)
+                             << "\n" << v.text);
             CHECK(v.ok);
         }
 }
@@ -282,6 +284,38 @@ TEST_CASE("ch8: the workspace is O(N) and unsupported shapes are refused with a 
     CHECK_FALSE(unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 64, false), 8).empty());
 }
 
+TEST_CASE("ch8: tile candidates are named by their step (t0.. step 5, f0.. step 6), and --tiles reads the names",
+          "[cpu][chapter8]") {
+    std::map<std::string, std::pair<int, int>> seen;  // name -> (step, index), over both steps and head dims
+    for (int D : {64, 128})
+        for (int variant : {kTuned, kFa2Layout})
+            for (int k = 0; k < int(tuning_candidates(D, variant).size()); ++k) {
+                const std::string name = candidate_name(variant, k);
+                INFO("D " << D << " kernel " << variant << " candidate " << k << ": " << name);
+                CHECK(name == (variant == kTuned ? "t" : "f") + std::to_string(k));
+                int v = 0, j = -1;
+                REQUIRE(parse_candidate(name, &v, &j));
+                CHECK((v == variant && j == k));
+                const auto [it, fresh] = seen.emplace(name, std::pair{variant, k});
+                CHECK((fresh || it->second == std::pair{variant, k}));  // one name, one candidate
+            }
+    CHECK(seen.size() == 12u + 8u);  // t0–t11, f0–f7
+    int v = 0, k = 0;
+    for (const char* bad : {"", "c9", "9", "t", "f", "x1", "t1a", "T9", "f-1", "t1234"})
+        CHECK_FALSE(parse_candidate(bad, &v, &k));
+    CHECK(candidate_name(kCpAsync, 0).empty());
+    CHECK(candidate_name(kTuned, -1).empty());
+    // the defaults by name, and a refusal that names the candidates there are
+    CHECK(candidate_name(kTuned, tuned_candidate(64)) == "t9");
+    CHECK(candidate_name(kTuned, tuned_candidate(128)) == "t9");
+    CHECK(candidate_name(kFa2Layout, tuned_candidate(64, kFa2Layout)) == "f5");
+    CHECK(candidate_name(kFa2Layout, tuned_candidate(128, kFa2Layout)) == "f6");
+    const std::string why = unsupported_reason(kFa2Layout, fa::make_shape(1, 1, 100, 64, false), 8);
+    INFO(why);
+    CHECK(why.find("f8") != std::string::npos);
+    CHECK(why.find("f0..f7") != std::string::npos);
+}
+
 TEST_CASE("ch8 emulated: kernel 1 (direct port), both dQ strategies", "[cpu][chapter8][v1]") {
     check_emulated<__nv_bfloat16>(kDirect, kAtomic);
     check_emulated<__half>(kDirect, kSplit);
@@ -305,7 +339,7 @@ TEST_CASE("ch8 emulated: kernel 5 (tuned), every candidate", "[cpu][chapter8][v5
             const Case<__nv_bfloat16> k = make_case<__nv_bfloat16>(s, 13);
             for (int strategy : {kAtomic, kSplit}) {
                 const ch7::RuleVerdict v = low_precision_rule(run_emulated(kTuned, strategy, k, c), k.mirror);
-                INFO(s.str() << " candidate " << c << " " << tuning_candidates(D)[std::size_t(c)].str() << " dq "
+                INFO(s.str() << " candidate " << candidate_name(kTuned, c) << " " << tuning_candidates(D)[std::size_t(c)].str() << " dq "
                              << strategy_name(strategy) << "\n" << v.text);
                 CHECK(v.ok);
             }
@@ -322,20 +356,52 @@ TEST_CASE("ch8 emulated: kernel 6 (FA2's warp layout), both dQ strategies, every
                 for (const fa::AttnShape& s : emulated_shapes(D)) {
                     const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 11 + std::uint64_t(s.N));
                     const ch7::RuleVerdict v = low_precision_rule(run_emulated(kFa2Layout, strategy, c, k), c.mirror);
-                    INFO(s.str() << " candidate " << k << " " << tuning_candidates(D, kFa2Layout)[std::size_t(k)].str()
+                    INFO(s.str() << " candidate " << candidate_name(kFa2Layout, k) << " "
+                                 << tuning_candidates(D, kFa2Layout)[std::size_t(k)].str()
                                  << " dq " << strategy_name(strategy) << "\n" << v.text);
                     CHECK(v.ok);
                 }
 }
 
-TEST_CASE("ch8 emulated: kernel 6 computes step 5's c9 arithmetic bit for bit, in another warp layout",
+TEST_CASE("ch8 emulated: candidates whose pipeline the shapes above never refill, at a shape that does",
+          "[cpu][chapter8][v5][v6]") {
+    // The tests above run step 5's candidates at N = 150 and step 6's at N ≤ 200. A candidate with
+    // B_r = 128 (or 3 stages) then has T_r ≤ its stages: no Q_i/dO_i/L_i/D_i stage is ever loaded a
+    // second time, so the barrier that guards that reuse is never tested on it. Here those candidates
+    // run at N = 2·128 + 17 = 273: T_r ≥ 3 > 2 stages (5 > 3 for 3 stages), three key blocks adding
+    // into each dQ row, a whole Q_i tile (line 15 without the row check) and a tail (with it), and
+    // under the causal mask key blocks whose first query tile is not the first.
+    int ran = 0;
+    for (int D : {64, 128})
+        for (int variant : {kTuned, kFa2Layout}) {
+            const std::vector<BwdTiles> all = tuning_candidates(D, variant);
+            const int n_above = variant == kTuned ? 150 : 200;
+            for (int k = 0; k < int(all.size()); ++k) {
+                const BwdTiles& t = all[std::size_t(k)];
+                if (fa::ceil_div(n_above, t.Br) > t.stages) continue;  // refilled above already
+                const fa::AttnShape s = fa::make_shape(1, 1, 273, D, k % 2 == 0);
+                REQUIRE(fa::ceil_div(s.N, t.Br) > t.stages);
+                const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 31 + std::uint64_t(k));
+                for (int strategy : {kAtomic, kSplit}) {
+                    const ch7::RuleVerdict v = low_precision_rule(run_emulated(variant, strategy, c, k), c.mirror);
+                    INFO(s.str() << " candidate " << candidate_name(variant, k) << " " << t.str() << " dq "
+                                 << strategy_name(strategy) << "\n" << v.text);
+                    CHECK(v.ok);
+                }
+                ++ran;
+            }
+        }
+    CHECK(ran > 0);
+}
+
+TEST_CASE("ch8 emulated: kernel 6 computes step 5's t9 arithmetic bit for bit, in another warp layout",
           "[cpu][chapter8][v6]") {
     // Step 6 moves work between warps, not arithmetic: every element of Sᵀ and dPᵀ is the same
     // mma sum over d, P and dS are rounded to 16 bits at the same point (the mirror's), dK_j and
-    // dV_j add the queries 16 at a time in ascending order (c9: passes of 32 in tiles of 128; step
+    // dV_j add the queries 16 at a time in ascending order (t9: passes of 32 in tiles of 128; step
     // 6: tiles of 64), and line 15 adds each key block's dS K_j once per element. Causal
-    // blocks that c9 skips step 6 multiplies by zero, which adds +0 exactly. So the emulator's
-    // dQ, dK, dV of every step 6 candidate equal c9's bit for bit; a misplaced Pᵀ/dSᵀ element, a
+    // blocks that t9 skips step 6 multiplies by zero, which adds +0 exactly. So the emulator's
+    // dQ, dK, dV of every step 6 candidate equal t9's bit for bit; a misplaced Pᵀ/dSᵀ element, a
     // wrong column slice or a missing barrier shows here as a difference.
     for (int D : {64, 128})
         for (bool causal : {false, true})
@@ -352,9 +418,9 @@ TEST_CASE("ch8 emulated: kernel 6 computes step 5's c9 arithmetic bit for bit, i
                             differ[1] += fa::to_float(h.dK[e]) != fa::to_float(ref.dK[e]);
                             differ[2] += fa::to_float(h.dV[e]) != fa::to_float(ref.dV[e]);
                         }
-                        INFO(s.str() << " dq " << strategy_name(strategy) << " candidate " << k << " "
+                        INFO(s.str() << " dq " << strategy_name(strategy) << " candidate " << candidate_name(kFa2Layout, k) << " "
                                      << tuning_candidates(D, kFa2Layout)[std::size_t(k)].str()
-                                     << "\nelements unlike c9's: dQ " << differ[0] << ", dK " << differ[1] << ", dV "
+                                     << "\nelements unlike t9's: dQ " << differ[0] << ", dK " << differ[1] << ", dV "
                                      << differ[2] << " of " << h.dQ.size());
                         CHECK(differ[0] == 0);
                         CHECK(differ[1] == 0);
@@ -381,15 +447,15 @@ TEST_CASE("ch8: step 6's candidates: the warp grid, B_c, and what the tiles say"
                   std::string::npos);
             CHECK((t.str().find("loads one k-step ahead") != std::string::npos) == t.prefetch);
         }
-        // c2 and c4 hold Sᵀ of the whole pass, c3 and c4 load ahead; c5, c6, c7 are c1, c2, c4 with
-        // float2 dQ atomics (c0–c4: float4); the defaults are the sweep's fastest
+        // f2 and f4 hold Sᵀ of the whole pass, f3 and f4 load ahead; f5, f6, f7 are f1, f2, f4 with
+        // float2 dQ atomics (f0–f4: float4); the defaults are the sweep's fastest
         CHECK((all[2].s_sub == 32 && !all[2].prefetch && all[3].s_sub == 16 && all[3].prefetch &&
                all[4].s_sub == 32 && all[4].prefetch));
         for (int k = 0; k < 5; ++k) CHECK(all[std::size_t(k)].dq_vec == 4);
         for (auto [twin, of] : {std::pair{5, 1}, std::pair{6, 2}, std::pair{7, 4}}) {
             const BwdTiles& t = all[std::size_t(twin)];
             const BwdTiles& o = all[std::size_t(of)];
-            INFO("c" << twin << " against c" << of);
+            INFO(candidate_name(kFa2Layout, twin) << " against " << candidate_name(kFa2Layout, of));
             CHECK(t.dq_vec == 2);
             CHECK((t.sub == o.sub && t.s_sub == o.s_sub && t.prefetch == o.prefetch && t.Br == o.Br &&
                    t.kv_in_regs == o.kv_in_regs));
@@ -406,10 +472,10 @@ TEST_CASE("ch8: step 5's vector dQ atomic candidates: widths, scalar twins, and 
           "[cpu][chapter8]") {
     for (int D : {64, 128}) {
         const std::vector<int> vec = vector_dq_candidates(D);
-        CHECK(vec.size() == (D == 64 ? 5u : 6u));  // c6–c10 (D = 64), c6–c11 (D = 128)
+        CHECK(vec.size() == (D == 64 ? 5u : 6u));  // t6–t10 (D = 64), t6–t11 (D = 128)
         for (int k : vec) {
             const BwdTiles t = tuning_candidates(D)[std::size_t(k)];
-            INFO("D " << D << " candidate " << k << " " << t.str());
+            INFO("D " << D << " candidate " << candidate_name(kTuned, k) << " " << t.str());
             CHECK((t.dq_vec == 2 || t.dq_vec == 4));
             CHECK(t.dq_vec_run == t.dq_vec);  // as compiled for sm_90 and the emulator
             CHECK(t.str().find("dQ atomics float" + std::to_string(t.dq_vec)) != std::string::npos);
@@ -450,7 +516,7 @@ TEST_CASE("ch8 emulated: kernel 5 with float2 and float4 dQ atomics (the vector 
                     const std::vector<float>& twin = twin_dQ[j];
                     std::size_t differ = 0;
                     for (std::size_t e = 0; e < dQ.size(); ++e) differ += dQ[e] != twin[e];
-                    INFO(s.str() << " candidate " << k << " " << tuning_candidates(D)[std::size_t(k)].str() << "\n"
+                    INFO(s.str() << " candidate " << candidate_name(kTuned, k) << " " << tuning_candidates(D)[std::size_t(k)].str() << "\n"
                                  << v.text << "dQ elements unlike the scalar twin's: " << differ);
                     CHECK(v.ok);
                     CHECK(differ == 0);
@@ -503,7 +569,7 @@ void check_grid(const std::vector<int>& variants, double magnitude = 1.0, bool e
                 for (int strategy : {kAtomic, kSplit}) {
                     const ch7::RuleVerdict v = low_precision_rule(d.run(variant, strategy, c, k), c.mirror);
                     INFO(fa::dtype_name<T>() << " " << s.str() << " magnitude " << magnitude << " kernel "
-                                             << variant_name(variant) << " candidate " << k << " dq "
+                                             << variant_name(variant) << " candidate " << candidate_name(variant, k) << " dq "
                                              << strategy_name(strategy) << "\n" << v.text);
                     CHECK(v.ok);
                 }
@@ -578,14 +644,18 @@ TEST_CASE("ch8 GPU: every tile candidate of steps 5 and 6", "[gpu][chapter8]") {
     REQUIRE(have_sm80());
     for (int D : {64, 128})
         for (bool causal : {false, true}) {
-            const fa::AttnShape s = fa::make_shape(2, 3, fa::test::small_shapes() ? 113 : 1023, D, causal);
+            // every candidate refills its Q_i/dO_i stages (T_r > stages for B_r = 128 and for 3 stages),
+            // several key blocks add into each dQ row, and the last tiles are partial: small (the
+            // sanitizer's runs) N = 273, otherwise N = 1023 with batch and heads > 1
+            const fa::AttnShape s = fa::test::small_shapes() ? fa::make_shape(1, 1, 273, D, causal)
+                                                             : fa::make_shape(2, 3, 1023, D, causal);
             const Case<__half> c = make_case<__half>(s, 9, 1.0, true);
             DeviceCase<__half> d(c);
             for (int variant : {kTuned, kFa2Layout})
                 for (int k = 0; k < int(tuning_candidates(D, variant).size()); ++k)
                     for (int strategy : {kAtomic, kSplit}) {
                         const ch7::RuleVerdict v = low_precision_rule(d.run(variant, strategy, c, k), c.mirror);
-                        INFO(s.str() << " kernel " << variant << " candidate " << k << " "
+                        INFO(s.str() << " kernel " << variant << " candidate " << candidate_name(variant, k) << " "
                                      << tuning_candidates(D, variant)[std::size_t(k)].str() << " dq "
                                      << strategy_name(strategy) << "\n" << v.text);
                         CHECK(v.ok);
@@ -601,7 +671,7 @@ TEST_CASE("ch8 GPU: the float2 and float4 dQ atomic candidates on the shape grid
         DeviceCase<__nv_bfloat16> d(c);
         for (int k : vector_dq_candidates(s.D)) {
             const ch7::RuleVerdict v = low_precision_rule(d.run(kTuned, kAtomic, c, k), c.mirror);
-            INFO(s.str() << " candidate " << k << " " << tiles(kTuned, s.D, k).str() << "\n" << v.text);
+            INFO(s.str() << " candidate " << candidate_name(kTuned, k) << " " << tiles(kTuned, s.D, k).str() << "\n" << v.text);
             CHECK(v.ok);
         }
     }
@@ -612,7 +682,7 @@ TEST_CASE("ch8 GPU: on compute capability 9.0 the vector dQ candidates run vecto
     for (int D : {64, 128})
         for (int k : vector_dq_candidates(D)) {
             const BwdTiles t = tiles(kTuned, D, k);
-            INFO("D " << D << " candidate " << k << " " << t.str());
+            INFO("D " << D << " candidate " << candidate_name(kTuned, k) << " " << t.str());
             CHECK(t.dq_vec_run == t.dq_vec);
         }
 }

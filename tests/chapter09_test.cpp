@@ -3,33 +3,41 @@
 //
 // [cpu]: the 128-byte swizzle (a bijection, TMA's address rule), the wgmma descriptor fields and
 // the k-step offsets, the TMA box parameters, the ring protocol of step 3 and the turns of steps
-// 4-6 in random interleavings, step 6's persistent grid (its order of work items; a block's items
-// in random interleavings: the ring over items, q_full/q_empty, the turns), step 6's staging of
-// O, the step configurations and step 6's tile
-// candidates, argument checks, and the CPU mirror at the chapter's B_c (chapter 7's, with B_c = 128).
-// [gpu][sm90] (compute capability 9.0 only; on another GPU tests/main.cpp skips them visibly): every step on N ∈ {1, 17, 113, 1023, 4097, 16384}, causal
-// and not, D = 64 and 128, bf16 and fp16, B·H > 1, with large scores, against the 2× rule with
-// outputs poisoned; and writes past the end of O and L; every tile candidate of step 6 on the
-// same kind of grid; the wgmma peak's rate.
+// 4-6 (two consumers alternating, three going round) in random interleavings, step 6's persistent
+// grid (its order of work items; a block's items in random interleavings: the ring over items,
+// q_full/q_empty, the turns), step 6's staging of O, the step configurations and step 6's tile
+// candidates, argument checks, and the CPU mirror at the chapter's B_c (chapter 7's, B_c = 128).
+// [gpu][sm90] (compute capability 9.0 only; on another GPU tests/main.cpp skips them visibly):
+// every step on N ∈ {1, 17, 113, 1023, 4097, 16384}, causal and not, D = 64 and 128, bf16 and
+// fp16, B·H > 1, with large scores, against the 2× rule with outputs poisoned; and writes past the
+// end of O and L; every tile candidate of step 6 on the same kind of grid, and the persistent ones
+// with more work items than the GPU has SMs (so a block runs several); the wgmma peak's rate.
+// A kernel whose barrier waits never complete would spin forever: every launch is waited for
+// with a time limit (finish_or_stop), past which the program stops with a message.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "../chapters/09_hopper/chapter9.h"
 #include "../chapters/09_hopper/kernel/hopper_config.h"
+#include "../chapters/09_hopper/kernel/hopper_layout.h"
 #include "../common/attention.h"
 #include "../common/attention_gpu.h"
 #include "../common/device.h"
 #include "../common/dtype.h"
+#include "../common/math.h"
 #include "../common/reference.h"
-#include "../common/tensor_core/hopper_layout.h"
 #include "support.h"
 
 using namespace tc::hopper;
@@ -52,6 +60,30 @@ fa::AttnProblem rounded_problem(const fa::AttnShape& s, std::uint64_t seed, doub
     return p;
 }
 
+// Waits for the kernel just launched. A planted mistake in an mbarrier's arrival count or parity,
+// or in the order of the turns, makes the kernel wait forever instead of failing a check; past
+// FA_TEST_HANG_SECONDS (default 60: the longest launch here takes milliseconds, under the
+// sanitizer seconds) the program says so and stops, since a kernel that never ends keeps the GPU.
+void finish_or_stop(const std::string& what) {
+    const char* env = std::getenv("FA_TEST_HANG_SECONDS");
+    const double limit = env != nullptr ? std::atof(env) : 60.0;
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+        const cudaError_t e = cudaStreamQuery(nullptr);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > limit) {
+            std::fprintf(stderr,
+                         "\nchapter09_test: %s did not finish within %.0f s: a barrier wait that never "
+                         "completes (a hang). Stopping the test program.\n",
+                         what.c_str(), limit);
+            std::fflush(nullptr);
+            std::_Exit(3);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+}
+
 // One kernel of a test: a variant and, for step 6, a tile candidate (−1: the default).
 struct Kernel {
     int variant, candidate = -1;
@@ -72,13 +104,14 @@ void check_rule_on(const std::vector<fa::AttnShape>& shapes, const std::vector<K
             if (!mirrors.count(Bc)) mirrors.emplace(Bc, ch7::mirror_errors<T>(p, Bc));
             d.poison_outputs();
             ch9::forward<T>(k.variant, s, d.Q.get(), d.K.get(), d.V.get(), d.O.get(), d.L.get(), k.candidate);
-            CUDA_CHECK(cudaDeviceSynchronize());
+            const std::string what = std::string(fa::dtype_name<T>()) + " " + s.str() + " magnitude " +
+                                     std::to_string(magnitude) + " kernel " + ch9::variant_name(k.variant) +
+                                     " candidate " + std::to_string(k.candidate);
+            finish_or_stop(what);
             const std::vector<float> O = d.O_host(), L = d.L_host();
             const ch7::RuleVerdict verdict =
                 ch7::low_precision_rule(fa::check_forward(p, O.data(), L.data()), mirrors.at(Bc));
-            INFO(fa::dtype_name<T>() << " " << s.str() << " magnitude " << magnitude << " kernel "
-                                     << ch9::variant_name(k.variant) << " candidate " << k.candidate << "\n"
-                                     << verdict.text);
+            INFO(what << "\n" << verdict.text);
             CHECK(verdict.ok);
         }
     }
@@ -124,7 +157,7 @@ void bounds_variant(int variant) {
         fa::DeviceBuffer<float> L(s.rows() + pad);
         O.poison(), L.poison();
         ch9::forward<__nv_bfloat16>(variant, s, d.Q.get(), d.K.get(), d.V.get(), O.get(), L.get());
-        CUDA_CHECK(cudaDeviceSynchronize());
+        finish_or_stop("kernel " + ch9::variant_name(variant) + " (bounds)");
         const std::vector<__nv_bfloat16> o = O.download();
         const std::vector<float> l = L.download();
         INFO("D " << D << " kernel " << ch9::variant_name(variant));
@@ -211,12 +244,13 @@ struct TurnSchedule {
     int (*count)(int Tc);
     int (*s_tile)(int k, int Tc);
     int (*pv_tile)(int k);
-    bool (*opens_first)(int wg);
-    bool (*hands_over)(int wg, int k, int Tc);
+    int (*next_barrier)(int wg, int consumers);
+    bool (*opens_first)(int wg, int consumers);
+    bool (*hands_over)(int wg, int k, int Tc, int consumers);
     int (*s_wait_depth)(bool overlap, bool turn_has_pv);
 };
-const TurnSchedule kKernelTurns{ch9::turn_count, ch9::turn_s_tile, ch9::turn_pv_tile, ch9::opens_first_turn,
-                                ch9::hands_over, ch9::s_wait_depth};
+const TurnSchedule kKernelTurns{ch9::turn_count,        ch9::turn_s_tile, ch9::turn_pv_tile, ch9::next_turn_barrier,
+                                ch9::opens_first_turn, ch9::hands_over,  ch9::s_wait_depth};
 
 // Step 6, persistent: how hopper_forward_kernel passes from one work item to the next, as a table
 // for the same reason.
@@ -225,7 +259,7 @@ struct ItemProtocol {
     bool wait_q_empty;                 // the producer waits on q_empty before the Q of item n >= 1
     bool arrive_after_store;           // a consumer arrives on q_empty after its TMA store, not before
     bool running_ring;                 // the ring's tile count runs on over the items (not from 0 again)
-    bool reopen_turns;                 // consumer 1 opens the turns at every item (not only the first)
+    bool reopen_turns;                 // the last consumer opens the turns at every item (not only the first)
 };
 const ItemProtocol kKernelItems{ch9::q_parity, true, true, true, true};
 
@@ -278,15 +312,15 @@ Programs block_programs(int consumers, const std::vector<int>& Tcs, int stages, 
                     prog.push_back(tile(Op::kRelease, j));
                 }
             } else {
-                if (ts.opens_first(wg) && (n == 0 || ip.reopen_turns))
-                    prog.push_back({Op::kArrive, ch9::turn_barrier(1 - wg)});
+                if (ts.opens_first(wg, consumers) && (n == 0 || ip.reopen_turns))
+                    prog.push_back({Op::kArrive, ts.next_barrier(wg, consumers)});
                 for (int k = 0; k < ts.count(Tc); ++k) {
                     const int j = ts.s_tile(k, Tc), jp = ts.pv_tile(k);
                     if (j >= 0) prog.push_back(tile(Op::kWaitFull, j));
                     prog.push_back({Op::kSync, ch9::turn_barrier(wg)});
                     if (j >= 0) prog.push_back(tile(Op::kIssueS, j));
                     if (jp >= 0) prog.push_back(tile(Op::kIssuePv, jp));
-                    if (ts.hands_over(wg, k, Tc)) prog.push_back({Op::kArrive, ch9::turn_barrier(1 - wg)});
+                    if (ts.hands_over(wg, k, Tc, consumers)) prog.push_back({Op::kArrive, ts.next_barrier(wg, consumers)});
                     if (j < 0) {
                         prog.push_back({Op::kWaitGroups, 0});
                         if (jp >= 0) prog.push_back(tile(Op::kRelease, jp));
@@ -329,9 +363,9 @@ Programs block_programs(int consumers, const std::vector<int>& Tcs, int stages, 
 // reads the last one or has O staged in its place; every S is read only after its wgmma
 // completed; O is rescaled and P̃ overwritten only when no P̃·V is in flight; every P̃·V reads the P̃
 // of its tile; a buffer is released only after the products reading it completed, and overwritten
-// only after every consumer released it; the turns alternate 0, 1, 0, 1, ... and never overlap
-// (over the items too); every tile's two products are issued and every item's O stored; nothing
-// deadlocks and no arrival is left on a named barrier at the end.
+// only after every consumer released it; the turns go round 0, 1, 0, 1, ... (0, 1, 2, 0, ... with
+// three consumers) and never overlap (over the items too); every tile's two products are issued
+// and every item's O stored; nothing deadlocks and no arrival is left on a named barrier at the end.
 std::string run_block(int stages, int consumers, const std::vector<int>& Tcs, bool turns, bool overlap,
                       std::uint32_t seed, const TurnSchedule& ts, const ItemProtocol& ip) {
     struct Mbar {
@@ -471,8 +505,15 @@ std::string run_block(int stages, int consumers, const std::vector<int>& Tcs, bo
                         continue;
                     }
                     x.sync_gen = -1;
-                    if (c[sz(1 - wg)].in_turn) return who + "its turn began inside the other consumer's";
-                    if (!turn_order.empty() && turn_order.back() == wg) return who + "two turns in a row";
+                    for (int o = 0; o < consumers; ++o)
+                        if (o != wg && c[sz(o)].in_turn)
+                            return "consumer " + std::to_string(wg) + "'s turn began inside consumer " +
+                                   std::to_string(o) + "'s";
+                    if (turn_order.empty() && wg != 0)
+                        return "consumer " + std::to_string(wg) + " took the first turn (consumer 0 goes first)";
+                    if (!turn_order.empty() && wg != (turn_order.back() + 1) % consumers)
+                        return "consumer " + std::to_string(wg) + " took a turn right after consumer " +
+                               std::to_string(turn_order.back()) + "'s (the turns go round 0, 1, ...)";
                     turn_order.push_back(wg);
                     x.in_turn = true;
                     break;
@@ -507,7 +548,7 @@ std::string run_block(int stages, int consumers, const std::vector<int>& Tcs, bo
                     if (in_flight_pv(x)) return who + "O rescaled while a P̃·V writes it";
                     break;
                 case Op::kRelease:
-                    x.in_turn = false;  // consumer 1's last turn ends without an arrival
+                    x.in_turn = false;  // the last consumer's last turn ends without an arrival
                     if (reads_tile(x, st.arg)) return who + "buffer released while a wgmma reads it";
                     ++released[sz(st.arg)];
                     if (++empty[sz(ch9::ring_stage(st.ring, stages))].arrivals == consumers)
@@ -550,9 +591,10 @@ std::string run_block(int stages, int consumers, const std::vector<int>& Tcs, bo
     return "";
 }
 
-// Steps 4–6 for one block of Alg. 1: two consumers in turns over T_c tiles.
-std::string run_turns(int stages, int Tc, bool overlap, std::uint32_t seed, const TurnSchedule& ts) {
-    return run_block(stages, 2, {Tc}, true, overlap, seed, ts, kKernelItems);
+// Steps 4–6 for one block of Alg. 1: `consumers` warpgroups in turns over T_c tiles.
+std::string run_turns(int stages, int Tc, bool overlap, std::uint32_t seed, const TurnSchedule& ts,
+                      int consumers = 2) {
+    return run_block(stages, consumers, {Tc}, true, overlap, seed, ts, kKernelItems);
 }
 
 }  // namespace
@@ -656,63 +698,84 @@ TEST_CASE("ring protocol (step 3): every interleaving tried reads each tile from
     }
 }
 
-TEST_CASE("pingpong and overlap (steps 4-6): every interleaving tried keeps the turns alternating, reads S and "
+TEST_CASE("pingpong and overlap (steps 4-6): every interleaving tried keeps the turns going round, reads S and "
           "P̃ only when their wgmma allows, releases buffers after their last reader, ends with no arrival left; "
           "planted off-by-ones are caught", "[cpu][chapter9]") {
-    for (bool overlap : {false, true})
-        for (int stages : {2, 3})
-            for (int Tc : {1, 2, 3, 4, 7})
-                for (std::uint32_t seed = 0; seed < 150; ++seed) {
-                    const std::string what = run_turns(stages, Tc, overlap, seed, kKernelTurns);
-                    INFO("step " << (overlap ? 5 : 4) << " stages " << stages << " T_c " << Tc << " seed " << seed);
-                    REQUIRE(what.empty());
-                }
+    for (int consumers : {2, 3})
+        for (bool overlap : {false, true})
+            for (int stages : {2, 3, 4})
+                for (int Tc : {1, 2, 3, 4, 7})
+                    for (std::uint32_t seed = 0; seed < 100; ++seed) {
+                        const std::string what = run_turns(stages, Tc, overlap, seed, kKernelTurns, consumers);
+                        INFO("consumers " << consumers << " step " << (overlap ? 5 : 4) << " stages " << stages
+                                          << " T_c " << Tc << " seed " << seed << ": " << what);
+                        REQUIRE(what.empty());
+                    }
     // The schedule as hopper_config.h spells it: T_c + 1 turns, the first with S_0 alone, the last
-    // with the last P̃·V alone; consumer 0 first; consumer 1 hands nothing over after its last turn.
+    // with the last P̃·V alone; consumer 0 first (the last consumer opens); each hands over to the
+    // next, round; the last consumer hands nothing over after its last turn.
     CHECK(ch9::turn_count(3) == 4);
     CHECK(ch9::turn_s_tile(0, 3) == 0);
     CHECK(ch9::turn_pv_tile(0) == -1);
     CHECK(ch9::turn_s_tile(3, 3) == -1);
     CHECK(ch9::turn_pv_tile(3) == 2);
-    CHECK(ch9::opens_first_turn(1));
-    CHECK_FALSE(ch9::opens_first_turn(0));
-    CHECK(ch9::hands_over(0, 3, 3));
-    CHECK_FALSE(ch9::hands_over(1, 3, 3));
-    CHECK(ch9::hands_over(1, 2, 3));
+    CHECK(ch9::opens_first_turn(1, 2));
+    CHECK_FALSE(ch9::opens_first_turn(0, 2));
+    CHECK(ch9::opens_first_turn(2, 3));
+    CHECK_FALSE(ch9::opens_first_turn(1, 3));
+    CHECK(ch9::next_turn_barrier(0, 2) == ch9::turn_barrier(1));
+    CHECK(ch9::next_turn_barrier(1, 2) == ch9::turn_barrier(0));
+    CHECK(ch9::next_turn_barrier(1, 3) == ch9::turn_barrier(2));
+    CHECK(ch9::next_turn_barrier(2, 3) == ch9::turn_barrier(0));
+    CHECK(ch9::hands_over(0, 3, 3, 2));
+    CHECK_FALSE(ch9::hands_over(1, 3, 3, 2));
+    CHECK(ch9::hands_over(1, 2, 3, 2));
+    CHECK(ch9::hands_over(1, 3, 3, 3));
+    CHECK_FALSE(ch9::hands_over(2, 3, 3, 3));
     CHECK(ch9::s_wait_depth(false, true) == 0);
     CHECK(ch9::s_wait_depth(true, true) == 1);
     CHECK(ch9::s_wait_depth(true, false) == 0);
     // Planted mistakes, each must make the checker fail in some interleaving: an arrival left
-    // behind (consumer 1 hands over after its last turn too), consumer 0 skipping its last hand-over
-    // (consumer 1 waits forever), wait_group 1 on the first turn (S_0 read in flight), one turn
-    // too few (the last P̃·V never issued), the P̃·V of tile k in turn k (before its softmax), both
-    // consumers opening (their first turns overlap).
+    // behind (the last consumer hands over after its last turn too), consumer 0 skipping its last
+    // hand-over (the next consumer waits forever), wait_group 1 on the first turn (S_0 read in
+    // flight), one turn too few (the last P̃·V never issued), the P̃·V of tile k in turn k (before
+    // its softmax), every consumer opening (first turns overlap), consumer 0 opening (the turns
+    // start with the last consumer), three consumers handing over to the one before (the turns
+    // run backwards).
     TurnSchedule always_hands = kKernelTurns;
-    always_hands.hands_over = [](int, int, int) { return true; };
+    always_hands.hands_over = [](int, int, int, int) { return true; };
     TurnSchedule wrong_skip = kKernelTurns;
-    wrong_skip.hands_over = [](int wg, int k, int Tc) { return !(wg == 0 && k == ch9::turn_count(Tc) - 1); };
+    wrong_skip.hands_over = [](int wg, int k, int Tc, int) { return !(wg == 0 && k == ch9::turn_count(Tc) - 1); };
     TurnSchedule deep_first = kKernelTurns;
     deep_first.s_wait_depth = [](bool overlap, bool) { return overlap ? 1 : 0; };
     TurnSchedule short_turns = kKernelTurns;
     short_turns.count = [](int Tc) { return Tc; };
     TurnSchedule pv_early = kKernelTurns;
     pv_early.pv_tile = [](int k) { return k; };
-    TurnSchedule both_open = kKernelTurns;
-    both_open.opens_first = [](int) { return true; };
+    TurnSchedule all_open = kKernelTurns;
+    all_open.opens_first = [](int, int) { return true; };
+    TurnSchedule first_opens = kKernelTurns;
+    first_opens.opens_first = [](int wg, int) { return wg == 0; };
+    TurnSchedule backwards = kKernelTurns;
+    backwards.next_barrier = [](int wg, int consumers) { return ch9::turn_barrier((wg + consumers - 1) % consumers); };
     struct Planted {
         const char* what;
         const TurnSchedule* ts;
         bool overlap;
+        int consumers;
     };
-    for (const Planted& bad : {Planted{"arrival left behind", &always_hands, false},
-                               Planted{"consumer 0 skips its last hand-over", &wrong_skip, false},
-                               Planted{"wait_group 1 on the first turn", &deep_first, true},
-                               Planted{"one turn too few", &short_turns, true},
-                               Planted{"P̃·V of tile k in turn k", &pv_early, false},
-                               Planted{"both consumers open", &both_open, true}}) {
+    for (const Planted& bad : {Planted{"arrival left behind", &always_hands, false, 2},
+                               Planted{"consumer 0 skips its last hand-over", &wrong_skip, false, 2},
+                               Planted{"consumer 0 skips its last hand-over, 3 consumers", &wrong_skip, true, 3},
+                               Planted{"wait_group 1 on the first turn", &deep_first, true, 2},
+                               Planted{"one turn too few", &short_turns, true, 2},
+                               Planted{"P̃·V of tile k in turn k", &pv_early, false, 2},
+                               Planted{"every consumer opens", &all_open, true, 2},
+                               Planted{"consumer 0 opens", &first_opens, true, 2},
+                               Planted{"the turns run backwards", &backwards, true, 3}}) {
         bool caught = false;
         for (std::uint32_t seed = 0; seed < 200 && !caught; ++seed)
-            caught = !run_turns(2, 4, bad.overlap, seed, *bad.ts).empty();
+            caught = !run_turns(2, 4, bad.overlap, seed, *bad.ts, bad.consumers).empty();
         INFO(bad.what);
         CHECK(caught);
     }
@@ -756,7 +819,8 @@ TEST_CASE("persistent block (step 6): over items of different T_c the ring runs 
         int consumers;
         bool turns, overlap;
     };
-    const Schedule schedules[] = {{2, true, false}, {2, true, true}, {2, false, false}, {3, false, false}};
+    const Schedule schedules[] = {{2, true, false}, {2, true, true}, {2, false, false}, {3, false, false},
+                                  {3, true, true}};
     for (const Schedule& sc : schedules)
         for (int stages : {2, 3})
             for (const std::vector<int>& Tcs : blocks)
@@ -771,7 +835,7 @@ TEST_CASE("persistent block (step 6): over items of different T_c the ring runs 
     // Planted mistakes, each must make the checker fail in some interleaving: the producer loads
     // the next Q without waiting on q_empty; consumers arrive on q_empty before their TMA store
     // has read O; every item waits for q_full's first phase; the ring counts from 0 at each item;
-    // consumer 1 opens the turns at the first item only.
+    // the last consumer opens the turns at the first item only.
     ItemProtocol no_wait = kKernelItems;
     no_wait.wait_q_empty = false;
     ItemProtocol early_arrive = kKernelItems;
@@ -792,7 +856,7 @@ TEST_CASE("persistent block (step 6): over items of different T_c the ring runs 
                                Planted{"q_empty arrival before the store", &early_arrive, {3, false, false}},
                                Planted{"q_full's parity never alternates", &stale_q, {2, true, true}},
                                Planted{"the ring restarts at each item", &ring_reset, {2, false, false}},
-                               Planted{"consumer 1 opens only the first item", &open_once, {2, true, false}}}) {
+                               Planted{"the last consumer opens only the first item", &open_once, {2, true, false}}}) {
         bool caught = false;
         for (std::uint32_t seed = 0; seed < 300 && !caught; ++seed)
             caught = !run_block(2, bad.sc.consumers, {3, 2, 1}, bad.sc.turns, bad.sc.overlap, seed, kKernelTurns,
@@ -825,17 +889,18 @@ TEST_CASE("TMA store of O (step 6): 64 x 64 boxes staged in each consumer's own 
         CHECK(int(covered.size()) == Br * D);  // the two warpgroups' boxes tile Q exactly
         CHECK(*covered.rbegin() == Br * D - 1);
     }
-    // named barriers: __syncthreads' 0 and four distinct others of the 16
-    const std::set<int> ids{0, ch9::turn_barrier(0), ch9::turn_barrier(1), ch9::store_barrier(0), ch9::store_barrier(1),
-                            ch9::store_barrier(2)};  // a third consumer's (no turns then)
-    CHECK(ids.size() == 6);
+    // named barriers: __syncthreads' 0 and a turn and a store barrier per consumer, all distinct, of
+    // the 16
+    std::set<int> ids{0};
+    for (int wg = 0; wg < ch9::kMaxConsumers; ++wg) ids.insert(ch9::turn_barrier(wg)), ids.insert(ch9::store_barrier(wg));
+    CHECK(int(ids.size()) == 1 + 2 * ch9::kMaxConsumers);
     CHECK(*ids.rbegin() < 16);
 }
 
 TEST_CASE("step configurations: threads, tiles, shared memory within the H100's 227 KB", "[cpu][chapter9]") {
     using S1 = ch9::HopperConfig<1, 128, 1>;
-    using S2 = ch9::HopperConfig<2, 128, 2>;
-    using S3 = ch9::HopperConfig<3, 128, 2>;
+    using S2 = ch9::HopperConfig<2, 128, ch9::kLadderStages>;
+    using S3 = ch9::HopperConfig<3, 128, ch9::kLadderStages>;
     STATIC_REQUIRE(S1::kThreads == 256);
     STATIC_REQUIRE(S2::kThreads == 256);
     STATIC_REQUIRE(S3::kThreads == 384);
@@ -845,29 +910,40 @@ TEST_CASE("step configurations: threads, tiles, shared memory within the H100's 
     STATIC_REQUIRE(S3::kProducerRegs % 8 == 0 && S3::kConsumerRegs % 8 == 0);
     STATIC_REQUIRE((S1::Br * 128 * 2) % kAtomBytes == 0);  // each tile starts 1024-byte aligned
     STATIC_REQUIRE((S1::Bc * 128 * 2) % kAtomBytes == 0);
-    using S4 = ch9::HopperConfig<4, 128, 2>;
-    using S5 = ch9::HopperConfig<5, 128, 2>;
+    using S4 = ch9::HopperConfig<4, 128, ch9::kLadderStages>;
+    using S5 = ch9::HopperConfig<5, 128, ch9::kLadderStages>;
     using S6 = ch9::HopperConfig<6, 128, 3>;
     using S6d64 = ch9::HopperConfig<6, 64, 3>;
     STATIC_REQUIRE(S4::kThreads == 384);
     STATIC_REQUIRE(S4::kPingpong && !S4::kOverlap && !S4::kTmaStore);
     STATIC_REQUIRE(S5::kPingpong && S5::kOverlap && !S5::kTmaStore);
     STATIC_REQUIRE(S6::kPingpong && S6::kOverlap && S6::kTmaStore);
-    STATIC_REQUIRE(S6::kSmemBytes <= 227 * 1024);  // step 6's third stage at D = 128
-    STATIC_REQUIRE(ch9::HopperConfig<6, 128, 4>::kSmemBytes > 227 * 1024);  // a fourth does not fit
+    STATIC_REQUIRE(S2::kSmemBytes <= 227 * 1024);  // the ladder's three stages at D = 128
+    STATIC_REQUIRE(ch9::HopperConfig<2, 128, ch9::kLadderStages + 1>::kSmemBytes > 227 * 1024);  // four do not fit
     STATIC_REQUIRE(S6d64::kSmemBytes <= 227 * 1024);
-    STATIC_REQUIRE(ch9::kTurnThreads == 2 * 128);  // one consumer waiting, the other arriving
+    STATIC_REQUIRE(ch9::kTurnThreads == 2 * 128);  // one consumer waiting, the one before it arriving
+    for (int D : {64, 128}) {
+        CHECK(ch9::tiles(1, D).stages == 1);
+        for (int step = 2; step <= 5; ++step) {
+            INFO("step " << step << " D " << D);
+            CHECK(ch9::tiles(step, D).stages == ch9::kLadderStages);
+            CHECK(ch9::tiles(step, D).consumers == 2);
+            CHECK(ch9::tiles(step, D).turns == (step >= 4));
+            CHECK(ch9::tiles(step, D).smem_bytes ==
+                  2 * (128 * D + ch9::kLadderStages * 2 * 128 * D) + 8 * (2 * ch9::kLadderStages + 1) + 1024);
+        }
+    }
     CHECK(ch9::tiles(6, 128).stages == 3);
     CHECK(ch9::tiles(6, 128).turns);
-    CHECK(ch9::tiles(6, 64).stages == 3);
-    CHECK(ch9::tiles(6, 64).consumers == 3);  // the default at D = 64: B_r = 192, no turns
-    CHECK_FALSE(ch9::tiles(6, 64).turns);
+    CHECK(ch9::tiles(6, 64).stages == 4);
+    CHECK(ch9::tiles(6, 64).consumers == 3);  // the default at D = 64: B_r = 192, turns round the three
+    CHECK(ch9::tiles(6, 64).turns);
     CHECK(ch9::tiles(4, 128).threads == 384);
     CHECK(ch9::tiles(6, 128).smem_bytes == S6::kSmemBytes);
 }
 
 TEST_CASE("step 6's tile candidates: each fits 227 KB and the register file, and says its tiles; "
-          "candidate 0 is step 5's ring; the persistent ones are the defaults' schedules", "[cpu][chapter9]") {
+          "candidate 0 is step 5's configuration; the persistent ones are the defaults' schedules", "[cpu][chapter9]") {
     STATIC_REQUIRE(ch9::fits_smem(ch9::Step6Tiles<64>::List{}));
     STATIC_REQUIRE(ch9::fits_smem(ch9::Step6Tiles<128>::List{}));
     STATIC_REQUIRE_FALSE(ch9::fits_smem(ch7::ConfigList<ch9::HopperConfig<6, 64, 2>, ch9::HopperConfig<6, 128, 4>>{}));
@@ -879,6 +955,8 @@ TEST_CASE("step 6's tile candidates: each fits 227 KB and the register file, and
     STATIC_REQUIRE_FALSE(Three::kOverlap);
     STATIC_REQUIRE(128 * (Three::kProducerRegs + 3 * Three::kConsumerRegs) == 64 * 1024);
     STATIC_REQUIRE(Three::kConsumerRegs % 8 == 0 && Three::kProducerRegs % 8 == 0);  // setmaxnreg's unit
+    using ThreeInTurns = ch9::HopperConfig<6, 64, 3, 3, true>;  // FlashAttention-3's D = 64 schedule
+    STATIC_REQUIRE(ThreeInTurns::kPingpong && ThreeInTurns::kOverlap && ThreeInTurns::Br == 192);
     using Persistent = ch9::HopperConfig<6, 128, 3, 2, true, true>;
     STATIC_REQUIRE(Persistent::kPersistent && Persistent::kPingpong && Persistent::kOverlap);
     STATIC_REQUIRE(Persistent::kBarriers == ch9::HopperConfig<6, 128, 3>::kBarriers + 1);  // q_empty
@@ -887,11 +965,12 @@ TEST_CASE("step 6's tile candidates: each fits 227 KB and the register file, and
         int stages, consumers;
         bool turns, persistent = false;
     };
+    // candidates 0-3 alike at both head dims: {3, 2} stages x {turns, free}, two consumers
     const std::map<int, std::vector<Expected>> expected{
         {64,
-         {{2, 2, true}, {3, 2, true}, {4, 2, true}, {3, 2, false}, {2, 3, false}, {3, 3, false}, {4, 3, false},
-          {3, 3, false, true}}},
-        {128, {{2, 2, true}, {3, 2, true}, {3, 2, false}, {3, 2, true, true}}}};
+         {{3, 2, true}, {2, 2, true}, {3, 2, false}, {2, 2, false}, {3, 3, false}, {2, 3, false}, {3, 3, true},
+          {4, 3, true}, {4, 3, true, true}}},
+        {128, {{3, 2, true}, {2, 2, true}, {3, 2, false}, {2, 2, false}, {3, 2, true, true}}}};
     for (const auto& [D, want] : expected) {
         const std::vector<ch9::Tiles> c = ch9::tuning_candidates(D);
         REQUIRE(c.size() == want.size());
@@ -915,6 +994,8 @@ TEST_CASE("step 6's tile candidates: each fits 227 KB and the register file, and
                                  (t.turns ? " in turns" : "") + (t.persistent ? ", persistent" : "") + ", " +
                                  std::to_string(t.threads) + " threads");
             CHECK(ch9::tiles(ch9::kTuned, D, int(i)).str() == t.str());
+            CHECK(t.tag() == "s" + std::to_string(t.stages) + "-" + std::to_string(t.consumers) + "wg-" +
+                                 (t.turns ? "turns" : "free") + (t.persistent ? "-persistent" : ""));
         }
         CHECK(c.at(std::size_t(ch9::tuned_candidate(D))).str() == ch9::tiles(ch9::kTuned, D).str());
         CHECK(c.front().str() == ch9::tiles(ch9::kOverlap, D).str());  // the ablation against step 5
@@ -981,7 +1062,8 @@ TEST_CASE("CPU mirror at the chapter's B_c = 128, unrounded, equals the float64 
 TEST_CASE("every tile candidate of kernel 6 on N in {1,17,113,1023,4097}, causal and not, D 64 and 128, fp16 and "
           "bf16, large scores: error at most 2x the mirror's", "[gpu][sm90][chapter9][v6]") {
     REQUIRE(have_sm90());
-    const std::vector<int> Ns = fa::test::small_shapes() ? std::vector<int>{1, 17, 113}
+    // small mode keeps one N whose 5 key tiles wrap every candidate's ring (2 to 4 stages)
+    const std::vector<int> Ns = fa::test::small_shapes() ? std::vector<int>{1, 17, 113, 640}
                                                          : std::vector<int>{1, 17, 113, 1023, 4097};
     for (int D : {64, 128}) {
         std::vector<Kernel> kernels;
@@ -993,6 +1075,34 @@ TEST_CASE("every tile candidate of kernel 6 on N in {1,17,113,1023,4097}, causal
         check_rule_on<__half>(shapes, kernels);
         check_rule_on<__half>({fa::make_shape(1, 2, 257, D, true)}, kernels, 4.0);
         check_rule_on<__nv_bfloat16>({fa::make_shape(1, 2, 257, D, false)}, kernels, 4.0);
+    }
+}
+
+TEST_CASE("kernel 6's persistent candidates with more work items than SMs: a block runs several items, of "
+          "different lengths when causal; error at most 2x the mirror's", "[gpu][sm90][chapter9][v6]") {
+    REQUIRE(have_sm90());
+    const int sms = fa::sm_count(), N = fa::test::small_shapes() ? 300 : 1000;
+    for (int D : {64, 128}) {
+        const std::vector<ch9::Tiles> c = ch9::tuning_candidates(D);
+        std::vector<Kernel> kernels;
+        for (int i = 0; i < int(c.size()); ++i)
+            if (c[std::size_t(i)].persistent) kernels.push_back({ch9::kTuned, i});
+        REQUIRE_FALSE(kernels.empty());
+        const int Tr = fa::ceil_div(N, c[std::size_t(kernels.front().candidate)].Br);
+        std::vector<fa::AttnShape> shapes;
+        for (bool causal : {false, true}) {
+            // one query block of one key tile per head: 2·SMs + 3 items, two or three per block
+            shapes.push_back(fa::make_shape(1, 2 * sms + 3, 113, D, causal));
+            // T_r query blocks per head (of 1 to T_r key tiles when causal), at least 2·SMs + 3 items
+            shapes.push_back(fa::make_shape(2, fa::ceil_div(fa::ceil_div(2 * sms + 3, Tr), 2), N, D, causal));
+        }
+        for (const fa::AttnShape& s : shapes) {
+            INFO(s.str() << ": " << fa::ceil_div(s.N, c[std::size_t(kernels.front().candidate)].Br) * s.B * s.H
+                         << " work items on " << sms << " SMs");
+            REQUIRE(fa::ceil_div(s.N, c[std::size_t(kernels.front().candidate)].Br) * s.B * s.H > 2 * sms);
+        }
+        check_rule_on<__nv_bfloat16>(shapes, kernels);
+        check_rule_on<__half>({shapes.back()}, kernels);
     }
 }
 

@@ -4,10 +4,12 @@
 // token), the paged addressing through a shuffled block table (per key and per tile), the CPU
 // mirror of split/merge against the float64 reference (mixed lengths up to 100000, splits from 1
 // to more than the chunks, pages shuffled), the split heuristic, the bad-input messages, and every kernel variant
-// on the CPU emulator (tags [v1]..[v5]) with the append step.
+// on the CPU emulator (tags [v1]..[v5]) with the append step, groups of 1 to 24 rows (a second 16-row
+// block whose first row is not token 0).
 // [gpu]: every variant on the GPU against the 2× rule: lengths 1, 17, 4097 and 100000 in one batch,
-// q_len 1, 4 and 16, g = 1, 4, 8 and MQA, D = 64 and 128, fp16 and bf16, split counts from 1 to more
+// q_len 1, 3, 4 and 16, g = 1, 4, 8 and MQA, D = 64 and 128, fp16 and bf16, split counts from 1 to more
 // than the chunks, pages of 16, 32, 64 and 256 tokens in shuffled order, large logits; the append.
+// Tags: [chapter10], [cpu] or [gpu], [vK] for the kernels of variant K.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -172,7 +174,8 @@ void emulated_cases(int variant) {
         {2, 8, 2, 3, 128, {3, 150}, 64, Cut::kExtra},             // g = 4, q_len 3, empty splits
         {1, 8, 8, 2, 64, {130}, 0, Cut::kHeuristic},              // g = 1
         {2, 8, 1, 2, 64, {40, 96}, 16, Cut::kOne},                // MQA with g·q_len = 16 rows
-    };
+        {2, 12, 2, 3, 64, {5, 65}, 32, Cut::kMany},               // g = 6, q_len 3: a second row block
+    };  // (rows 16, 17: tokens 1, 2); 65: the new tokens straddle a tile (keys 62, 63 | 64)
     for (const Case& k : cases) {
         DecodeShape s = make_decode_shape(k.B, k.H_q, k.H_kv, k.q_len, k.D, 1, k.lens);
         s.N_max = s.max_len() + 5;
@@ -186,7 +189,8 @@ std::vector<int> lengths(std::vector<int> lens, int q_len) {
     return lens;
 }
 
-// The GPU cases: lengths 1, 17, 700, 4097 in one batch with g = 1, 4, 8 and MQA, q_len 1 and 4,
+// The GPU cases: lengths 1, 17, 700, 4097 in one batch (small grid: 1, 17, 258, whose new tokens
+// straddle a tile when q_len > 1) with g = 1, 4, 8 and MQA, q_len 1 and 4,
 // three ways to cut the cache; then the batch with a sequence of 100000 tokens (g = 4 and MQA).
 template <class T>
 void gpu_cases(int variant, bool both_dims) {
@@ -196,7 +200,7 @@ void gpu_cases(int variant, bool both_dims) {
     };
     const std::vector<Heads> heads = {{2, 2}, {8, 2}, {16, 2}, {8, 1}};  // g = 1, 4, 8; MQA (H_kv = 1)
     const std::vector<int> dims = both_dims ? std::vector<int>{128, 64} : std::vector<int>{128};
-    const std::vector<int> mixed = small ? std::vector<int>{1, 17, 300} : std::vector<int>{1, 17, 700, 4097};
+    const std::vector<int> mixed = small ? std::vector<int>{1, 17, 258} : std::vector<int>{1, 17, 700, 4097};
     for (int D : dims)
         for (int q_len : {1, 4})
             for (const Heads& h : heads) {
@@ -222,7 +226,7 @@ void gpu_cases(int variant, bool both_dims) {
 
 // ---- [cpu] -------------------------------------------------------------------------------------
 
-TEST_CASE("split plan: the splits cover every key once and start where every new token sees", "[ch10][cpu]") {
+TEST_CASE("split plan: the splits cover every key once and start where every new token sees", "[cpu][chapter10]") {
     for (int q_len : {1, 4, 16})
         for (int len = q_len; len < 700; len += 13)
             for (int chunk : {64, 128, 256}) {
@@ -240,7 +244,7 @@ TEST_CASE("split plan: the splits cover every key once and start where every new
             }
 }
 
-TEST_CASE("paged addressing: a shuffled block table finds every key of the logical cache", "[ch10][cpu]") {
+TEST_CASE("paged addressing: a shuffled block table finds every key of the logical cache", "[cpu][chapter10]") {
     for (int P : {16, 64, 256}) {
         DecodeShape s = make_decode_shape(3, 4, 2, 2, 64, 600, {600, 33, 257}, P);
         const std::vector<float> K = fa::random_uniform(std::size_t(3) * 2 * 600 * 64, 5, -1, 1);
@@ -260,7 +264,7 @@ TEST_CASE("paged addressing: a shuffled block table finds every key of the logic
     }
 }
 
-TEST_CASE("paged tiles: a tile's runs of pool rows find every key that paged_row finds", "[ch10][cpu]") {
+TEST_CASE("paged tiles: a tile's runs of pool rows find every key that paged_row finds", "[cpu][chapter10]") {
     // A tile of B_c keys from a multiple of B_c lies in max(1, B_c / P) runs of consecutive pool
     // rows, one block-table entry each (load_paged_kv reads it so); lengths end inside a page.
     for (int P : {16, 32, 64, 128, 256})
@@ -290,7 +294,7 @@ TEST_CASE("paged tiles: a tile's runs of pool rows find every key that paged_row
         }
 }
 
-TEST_CASE("CPU mirror in fp32 (split/merge, paged) equals the float64 reference", "[ch10][cpu]") {
+TEST_CASE("CPU mirror in fp32 (split/merge, paged) equals the float64 reference", "[cpu][chapter10]") {
     DecodeShape s = make_decode_shape(4, 8, 2, 3, 64, 100000, lengths({1, 17, 4097, 100000}, 3));
     const DecodeProblem p = make_problem<__nv_bfloat16>(s, 3);
     const std::vector<std::size_t> rows = checked_rows(s);
@@ -308,7 +312,7 @@ TEST_CASE("CPU mirror in fp32 (split/merge, paged) equals the float64 reference"
         }
 }
 
-TEST_CASE("split heuristic: one wave of equal shares, whole tiles, one split for small work, no second wave", "[ch10][cpu]") {
+TEST_CASE("split heuristic: one wave of equal shares, whole tiles, one split for small work, no second wave", "[cpu][chapter10]") {
     const DecodeShape one = make_decode_shape(1, 32, 8, 1, 128, 32768, {32768});
     const SplitPlan p = plan_splits(one, 8, 64, 264);
     CHECK(p.chunk % 64 == 0);
@@ -335,7 +339,7 @@ TEST_CASE("split heuristic: one wave of equal shares, whole tiles, one split for
     CHECK(blocks > 132 - 8 * 4);  // and not far fewer: the long sequence keeps most of the SMs
 }
 
-TEST_CASE("bad input: one clear message", "[ch10][cpu]") {
+TEST_CASE("bad input: one clear message", "[cpu][chapter10]") {
     CHECK(invalid_reason(make_decode_shape(1, 6, 4, 1, 128, 100, {100})).find("not a multiple") != std::string::npos);
     CHECK(invalid_reason(make_decode_shape(1, 8, 2, 1, 128, 100, {101})).find("outside") != std::string::npos);
     CHECK(invalid_reason(make_decode_shape(1, 8, 2, 4, 128, 100, {3})).find("outside") != std::string::npos);
@@ -352,11 +356,11 @@ TEST_CASE("bad input: one clear message", "[ch10][cpu]") {
     CHECK(unsupported_reason(kPaged, make_decode_shape(1, 8, 2, 1, 64, 100, {100})).find("paged") != std::string::npos);
 }
 
-TEST_CASE("kernel 1 on the CPU emulator (chapter 7's grid)", "[ch10][cpu][v1]") { emulated_cases<__nv_bfloat16>(kFa2Grid); }
-TEST_CASE("kernel 2 on the CPU emulator (split-KV and the combine)", "[ch10][cpu][v2]") { emulated_cases<__half>(kSplitKv); }
-TEST_CASE("kernel 3 on the CPU emulator (GQA packing)", "[ch10][cpu][v3]") { emulated_cases<__nv_bfloat16>(kGqa); }
-TEST_CASE("kernel 4 on the CPU emulator (paged cache)", "[ch10][cpu][v4]") { emulated_cases<__nv_bfloat16>(kPaged); }
-TEST_CASE("kernel 5 on the CPU emulator (every tile candidate)", "[ch10][cpu][v5]") {
+TEST_CASE("kernel 1 on the CPU emulator (chapter 7's grid)", "[cpu][chapter10][v1]") { emulated_cases<__nv_bfloat16>(kFa2Grid); }
+TEST_CASE("kernel 2 on the CPU emulator (split-KV and the combine)", "[cpu][chapter10][v2]") { emulated_cases<__half>(kSplitKv); }
+TEST_CASE("kernel 3 on the CPU emulator (GQA packing)", "[cpu][chapter10][v3]") { emulated_cases<__nv_bfloat16>(kGqa); }
+TEST_CASE("kernel 4 on the CPU emulator (paged cache)", "[cpu][chapter10][v4]") { emulated_cases<__nv_bfloat16>(kPaged); }
+TEST_CASE("kernel 5 on the CPU emulator (every tile candidate)", "[cpu][chapter10][v5]") {
     // Pages smaller than the tile (several runs per tile) and at least as large (one run): 32, 128,
     // 16, 64 (< B_c = 128 of 8 warps), 256.
     const std::vector<int> page_sizes = {32, 128, 16, 64, 256};
@@ -366,7 +370,7 @@ TEST_CASE("kernel 5 on the CPU emulator (every tile candidate)", "[ch10][cpu][v5
         check_variant<__half, true>(kTuned, s, page_sizes[std::size_t(c) % page_sizes.size()], Cut::kExtra, c);
     }
 }
-TEST_CASE("kernel 5 on the CPU emulator: the in-kernel combine's rows (every thread merges)", "[ch10][cpu][v5]") {
+TEST_CASE("kernel 5 on the CPU emulator: the in-kernel combine's rows (every thread merges)", "[cpu][chapter10][v5]") {
     // The last block of a group merges all its rows at once, row t / (threads/16) on thread t: fewer
     // real rows than warps (g·q_len = 1, 3; padding rows' lanes only shuffle), more (16 rows: g = 8
     // with q_len 2, g = 4 with q_len 4, g = 1 with q_len 16), and a second row block holding fewer
@@ -386,30 +390,30 @@ TEST_CASE("kernel 5 on the CPU emulator: the in-kernel combine's rows (every thr
 
 // ---- [gpu] -------------------------------------------------------------------------------------
 
-TEST_CASE("kernel 1 on the GPU: mixed lengths, q_len 1 and 4, g = 1, 4, 8 and MQA", "[ch10][gpu][v1]") {
+TEST_CASE("kernel 1 on the GPU: mixed lengths, q_len 1 and 4, g = 1, 4, 8 and MQA", "[gpu][chapter10][v1]") {
     REQUIRE(have_sm80());
     gpu_cases<__nv_bfloat16>(kFa2Grid, false);
 }
-TEST_CASE("kernel 2 on the GPU: split counts from 1 to more than the chunks", "[ch10][gpu][v2]") {
+TEST_CASE("kernel 2 on the GPU: split counts from 1 to more than the chunks", "[gpu][chapter10][v2]") {
     REQUIRE(have_sm80());
     gpu_cases<__half>(kSplitKv, false);
 }
-TEST_CASE("kernel 3 on the GPU: GQA packing, D = 64 and 128", "[ch10][gpu][v3]") {
+TEST_CASE("kernel 3 on the GPU: GQA packing, D = 64 and 128", "[gpu][chapter10][v3]") {
     REQUIRE(have_sm80());
     gpu_cases<__nv_bfloat16>(kGqa, true);
 }
-TEST_CASE("kernel 4 on the GPU: pages of 16, 64, 256 tokens in shuffled order", "[ch10][gpu][v4]") {
+TEST_CASE("kernel 4 on the GPU: pages of 16, 64, 256 tokens in shuffled order", "[gpu][chapter10][v4]") {
     REQUIRE(have_sm80());
     gpu_cases<__nv_bfloat16>(kPaged, true);
 }
-TEST_CASE("kernel 5 on the GPU: contiguous and paged, fp16 and bf16", "[ch10][gpu][v5]") {
+TEST_CASE("kernel 5 on the GPU: contiguous and paged, fp16 and bf16", "[gpu][chapter10][v5]") {
     REQUIRE(have_sm80());
     gpu_cases<__nv_bfloat16>(kTuned, true);
     gpu_cases<__half>(kTuned, false);
 }
-TEST_CASE("kernel 5 on the GPU: every tile candidate, large logits", "[ch10][gpu][v5]") {
+TEST_CASE("kernel 5 on the GPU: every tile candidate, large logits", "[gpu][chapter10][v5]") {
     REQUIRE(have_sm80());
-    DecodeShape s = make_decode_shape(3, 32, 8, 4, 128, 1, fa::test::small_shapes() ? std::vector<int>{5, 300, 129}
+    DecodeShape s = make_decode_shape(3, 32, 8, 4, 128, 1, fa::test::small_shapes() ? std::vector<int>{5, 258, 129}
                                                                                       : std::vector<int>{5, 9000, 129});
     s.N_max = s.max_len();
     for (int c = 0; c < int(tuning_candidates().size()); ++c)
@@ -417,7 +421,7 @@ TEST_CASE("kernel 5 on the GPU: every tile candidate, large logits", "[ch10][gpu
     check_variant<__nv_bfloat16, false>(kTuned, s, 0, Cut::kHeuristic, -1, 8.0);
     check_variant<__half, false>(kTuned, s, 64, Cut::kMany, -1, 8.0);
 }
-TEST_CASE("kernel 5 on the GPU: the in-kernel combine at q_len 1, 4, 16 with g = 1, 4, 8", "[ch10][gpu][v5]") {
+TEST_CASE("kernel 5 on the GPU: the in-kernel combine at q_len 1, 3, 4, 16 with g = 1, 4, 8", "[gpu][chapter10][v5]") {
     // g·q_len from 1 to 128 rows (up to 8 row blocks), fewer and more real rows than warps, split
     // counts from the heuristic's to one tile per split (more than 16 splits per row), 4 and 8 warps.
     REQUIRE(have_sm80());
@@ -425,24 +429,24 @@ TEST_CASE("kernel 5 on the GPU: the in-kernel combine at q_len 1, 4, 16 with g =
     struct Heads {
         int H_q, H_kv;
     };
-    for (int q_len : {1, 4, 16})
+    for (int q_len : {1, 3, 4, 16})  // 3: g = 8 has a second row block that starts at token 1
         for (const Heads& h : {Heads{2, 2}, Heads{8, 2}, Heads{16, 2}}) {  // g = 1, 4, 8
             const std::vector<int> lens =
-                lengths(small ? std::vector<int>{1, 17, 300} : std::vector<int>{1, 17, 700, 4097}, q_len);
+                lengths(small ? std::vector<int>{1, 17, 258} : std::vector<int>{1, 17, 700, 4097}, q_len);
             DecodeShape s = make_decode_shape(int(lens.size()), h.H_q, h.H_kv, q_len, 128, 1, lens);
             s.N_max = s.max_len() + 1;
             for (int c : {-1, 3})
                 for (Cut cut : {Cut::kHeuristic, Cut::kMany}) check_variant<__nv_bfloat16, false>(kTuned, s, 0, cut, c);
         }
 }
-TEST_CASE("kernels 4 and 5 on the GPU: pages of 16, 32, 64, 256 tokens, lengths 1 to 100000", "[ch10][gpu][v4][v5]") {
+TEST_CASE("kernels 4 and 5 on the GPU: pages of 16, 32, 64, 256 tokens, lengths 1 to 100000", "[gpu][chapter10][v4][v5]") {
     // Pages smaller than a tile (several block-table entries per tile) and at least as large (one),
     // shuffled in the pool, rows no sequence owns NaN; lengths that end inside a page.
     REQUIRE(have_sm80());
     const bool small = fa::test::small_shapes();
     for (int q_len : {1, 4}) {
         const std::vector<int> lens =
-            lengths(small ? std::vector<int>{1, 17, 300} : std::vector<int>{1, 17, 4097, 100000}, q_len);
+            lengths(small ? std::vector<int>{1, 17, 258} : std::vector<int>{1, 17, 4097, 100000}, q_len);
         DecodeShape s = make_decode_shape(int(lens.size()), 8, 2, q_len, 128, 1, lens);
         s.N_max = s.max_len() + 3;
         for (int P : {16, 32, 64, 256}) {

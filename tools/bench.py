@@ -599,7 +599,8 @@ def sweep(opts, jobs, notes):
         os.remove(csv_path)
         raise SystemExit("bench: no run wrote a row; removed %s (see %s)" % (rel(csv_path), rel(log_path)))
     print("bench: %d rows in %s" % (rows, rel(csv_path)))
-    print("bench: next: make plots CSV=%s; make results-table CSV=%s" % (rel(csv_path), rel(csv_path)))
+    print("bench: next: make plots CSV=%s; make results-table CSV=%s (to show it in the README: "
+          "add it to RESULTS_CSVS in tools/tables/top.py, then make doc-tables)" % (rel(csv_path), rel(csv_path)))
     bad = [o for o in s.outcomes if o[1] not in ("ok", "refused")]
     if bad:
         print("bench: %d runs failed, errored or timed out (listed above; details in %s)"

@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
-"""Rewrites the results table of README.md (between <!-- results:begin --> and
-<!-- results:end -->) from a benchmark CSV (`make results-table`).
+"""The README's results section from benchmark CSVs: tools/tables/top.py puts it in README.md
+(`make doc-tables`) from its list of files; this script prints it for any (`make results-table`).
 
-  tools/update_readme_table.py                           the newest results/*.csv into README.md
-  tools/update_readme_table.py --csv FILE --readme README.md
-  tools/update_readme_table.py --csv FILE --print        print the block, change nothing
+  tools/update_readme_table.py                           the section for the newest results/*.csv
+  tools/update_readme_table.py --csv FILE
   tools/update_readme_table.py --csv FULL --csv PARTIAL  PARTIAL's chapters replace FULL's rows
 
 Per chapter, variant and dtype: TF/s at a few shapes (D = 64 and 128, N = 1024 and 8192,
@@ -21,8 +20,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_csv  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BEGIN = "<!-- results:begin -->"
-END = "<!-- results:end -->"
 DIMS = (64, 128)
 SEQS = (1024, 8192)
 FIGURES = (("tflops_forward.png", "TF/s of every forward kernel against N"),
@@ -106,8 +103,11 @@ def block(sources, rows, figures_dir):
     if len(sources) == 1:
         first = ["Measured on %s." % provenance(sources[0][0], sources[0][1])]
     else:
-        first = ["Measured in %d runs; each chapter's rows come from one of them (speedups across "
-                 "runs compare different processes on the same GPU model):" % len(sources), ""]
+        gpus = {h.get("gpu") for h, _, _ in sources}
+        note = ("speedups across runs compare different processes on the same GPU model" if len(gpus) == 1 else
+                "the GPUs differ, so compare a chapter's rows with each other, and across chapters only "
+                "those measured on the same GPU")
+        first = ["Measured in %d runs; each chapter's rows come from one of them (%s):" % (len(sources), note), ""]
         first += ["* chapters %s: %s" % (", ".join(map(str, chapters)), provenance(h, rel))
                   for h, rel, chapters in sources]
     lines = first + [
@@ -132,50 +132,25 @@ def block(sources, rows, figures_dir):
     return "\n".join(lines)
 
 
-def replace_block(text, new_block, path):
-    begin, end = text.find(BEGIN), text.find(END)
-    if begin < 0 or end < 0 or end < begin:
-        raise SystemExit("update_readme_table: %s lacks the markers %s ... %s" % (path, BEGIN, END))
-    return text[:begin + len(BEGIN)] + "\n" + new_block + "\n" + text[end:]
-
-
 def main(argv):
     p = argparse.ArgumentParser(description="README results table from a benchmark CSV.")
     p.add_argument("--csv", action="append", default=[],
                    help="results file (default: the newest results/*.csv); given again, the later "
                         "file's chapters replace the earlier files' rows of those chapters")
-    p.add_argument("--readme", default=os.path.join(ROOT, "README.md"), help="file with the markers")
-    p.add_argument("--print", dest="print_only", action="store_true", help="print the block only")
     opts = p.parse_args(argv)
     paths = opts.csv or [results_csv.newest_csv(os.path.join(ROOT, "results"))]
     if not paths[0]:
         print("update_readme_table: no results/*.csv yet; run 'make bench' first, or pass CSV=file",
               file=sys.stderr)
         return 1
-    readme_dir = os.path.dirname(os.path.abspath(opts.readme))
     try:
         sources, rows = results_csv.read_merged(paths)
     except results_csv.ResultsError as e:
         print("update_readme_table: %s" % e, file=sys.stderr)
         return 1
-    sources = [(h, os.path.relpath(os.path.abspath(path), readme_dir).replace(os.sep, "/"), cs)
+    sources = [(h, os.path.relpath(os.path.abspath(path), ROOT).replace(os.sep, "/"), cs)
                for h, path, cs in sources]
-    new_block = block(sources, rows, os.path.join(readme_dir, "docs", "figures"))
-    if opts.print_only:
-        print(new_block)
-        return 0
-    try:
-        with open(opts.readme) as f:
-            text = f.read()
-    except OSError as e:
-        print("update_readme_table: cannot read %s: %s" % (opts.readme, e.strerror), file=sys.stderr)
-        return 1
-    updated = replace_block(text, new_block, opts.readme)
-    if updated != text:
-        with open(opts.readme, "w") as f:
-            f.write(updated)
-    print("update_readme_table: %s %s from %s (%d rows)"
-          % ("updated" if updated != text else "unchanged", opts.readme, " + ".join(paths), len(rows)))
+    print(block(sources, rows, os.path.join(ROOT, "docs", "figures")))
     return 0
 
 

@@ -15,6 +15,7 @@
 #include "../../common/device.h"
 #include "../../common/dtype.h"
 #include "../../common/gpu_timer.h"
+#include "../../common/low_precision_rule.h"
 #include "../../common/shape.h"
 #include "kernel/tile_config.h"
 
@@ -105,12 +106,7 @@ void mirror_rows(const fa::AttnShape& s, const float* Q, const float* K, const f
 /// The low-precision baseline of one problem: the CPU mirror's error against the float64
 /// reference on the rows fa::check_forward samples, and the absolute floors of the 2× rule.
 ///
-/// Why floors: the rule compares the kernel with twice the mirror's error, which is zero when the
-/// mirror is exact (N = 1: O = V_0 exactly), while the kernel's fp32 arithmetic runs in another
-/// order. The floors are that order's worth of fp32 round-off, far below a 16-bit rounding:
-/// for O, 16 fp32 ulps of the largest |V| (|O| ≤ max|V|); for L, the worst-case round-off of a
-/// D-term fp32 dot product, D · 2⁻²² relative to max(1, |L|) (the kernels sum Q·K in another order
-/// than the mirror, on tensor cores).
+/// The floors are fa::rule_floors (common/low_precision_rule.h says why the rule has them).
 struct MirrorErrors {
     fa::ForwardCheck check;  ///< mirror vs float64 (O and L)
     double floor_O;          ///< 2⁻²⁰ · max|V|
@@ -118,13 +114,6 @@ struct MirrorErrors {
     double floor_rel;        ///< 2⁻²⁰: floor of O's relative L2 error
     double floor_rel_L;      ///< D · 2⁻²²: floor of L's relative L2 error
 };
-
-/// The floors of the 2× rule for head dim D, from max|V| and max(1, max|L|) (MirrorErrors says why
-/// each); chapter 10 judges its decoding kernels with the same floors.
-struct RuleFloors {
-    double O, L, rel_O, rel_L;
-};
-RuleFloors rule_floors(int D, double max_abs_V, double max_abs_L);
 
 /// Runs the mirror with key tiles of B_c on the sampled rows of `p` (inputs already rounded to T).
 template <class T>
@@ -144,12 +133,6 @@ struct RuleVerdict {
     std::string text;  ///< two lines, O and L, with the numbers compared
 };
 RuleVerdict low_precision_rule(const fa::ForwardCheck& kernel, const MirrorErrors& mirror);
-
-/// One line of the rule for one output (also chapter 8's for dQ, dK, dV): the kernel's max abs
-/// error and relative L2 error (k) at most 2 · the mirror's (m) + floor_abs, resp. + floor_rel,
-/// nothing non-finite; appends the comparison to `text` and returns the verdict.
-bool rule_line(const char* name, const fa::Validation& k, const fa::Validation& m, double floor_abs,
-               double floor_rel, std::string& text);
 
 /// Element-wise tolerance for fa::check_forward (which applies one tolerance to O and L): the
 /// larger of the rule's two max-abs bounds. The rule itself (low_precision_rule) is the verdict.

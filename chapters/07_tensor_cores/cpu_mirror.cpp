@@ -95,36 +95,15 @@ MirrorErrors mirror_errors(const fa::AttnProblem& p, int Bc) {
     double max_v = 0, max_l = 1;
     for (float v : p.V) max_v = std::max(max_v, double(std::fabs(v)));
     for (float x : L) max_l = std::max(max_l, double(std::fabs(x)));
-    const RuleFloors f = rule_floors(s.D, max_v, max_l);
+    const fa::RuleFloors f = fa::rule_floors(s.D, max_v, max_l);
     e.floor_O = f.O, e.floor_L = f.L, e.floor_rel = f.rel_O, e.floor_rel_L = f.rel_L;
     return e;
 }
 
-RuleFloors rule_floors(int D, double max_abs_V, double max_abs_L) {
-    const double max_L = std::max(1.0, max_abs_L);
-    return {std::ldexp(max_abs_V, -20), D * std::ldexp(max_L, -22), std::ldexp(1.0, -20), D * std::ldexp(1.0, -22)};
-}
-
-bool rule_line(const char* name, const fa::Validation& k, const fa::Validation& m, double floor_abs,
-               double floor_rel, std::string& text) {
-    const double bound_abs = 2.0 * m.max_abs + floor_abs, bound_rel = 2.0 * m.rel_l2 + floor_rel;
-    // a NaN or Inf anywhere makes max_abs +inf and nonfinite > 0: never a pass
-    const bool ok = k.count > 0 && k.nonfinite == 0 && m.nonfinite == 0 && std::isfinite(bound_abs) &&
-                    std::isfinite(bound_rel) && k.max_abs <= bound_abs && k.rel_l2 <= bound_rel;
-    char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "  2x rule %-2s max_abs %.3e <= 2 x %.3e + %.1e = %.3e, rel_l2 %.3e <= 2 x %.3e + "
-                  "%.1e = %.3e: %s\n",
-                  name, k.max_abs, m.max_abs, floor_abs, bound_abs, k.rel_l2, m.rel_l2, floor_rel,
-                  bound_rel, ok ? "PASS" : "FAIL");
-    text += buf;
-    return ok;
-}
-
 RuleVerdict low_precision_rule(const fa::ForwardCheck& kernel, const MirrorErrors& mirror) {
     RuleVerdict v{true, ""};
-    v.ok &= rule_line("O", kernel.O, mirror.check.O, mirror.floor_O, mirror.floor_rel, v.text);
-    v.ok &= rule_line("L", kernel.L, mirror.check.L, mirror.floor_L, mirror.floor_rel_L, v.text);
+    v.ok &= fa::rule_line("O", kernel.O, mirror.check.O, mirror.floor_O, mirror.floor_rel, v.text);
+    v.ok &= fa::rule_line("L", kernel.L, mirror.check.L, mirror.floor_L, mirror.floor_rel_L, v.text);
     return v;
 }
 

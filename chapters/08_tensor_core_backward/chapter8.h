@@ -45,6 +45,13 @@ std::string variant_name(int variant);
 /// and the emulator (dq_vec_run = dq_vec); tuned_candidate(D, variant) indexes the default.
 std::vector<BwdTiles> tuning_candidates(int D, int variant = kTuned);
 int tuned_candidate(int D, int variant = kTuned);
+/// The name of candidate k of step 5 ("t0", "t1", ...: tuned) or step 6 ("f0", "f1", ...: FA2's
+/// layout): the letter says the step, so two steps' candidates never share a name. "" for other
+/// variants or k < 0.
+std::string candidate_name(int variant, int k);
+/// The step (kTuned or kFa2Layout) and index of a candidate name ("t9": 5, 9; "f6": 6, 6); false if
+/// `name` is not of that form (whether the index exists for a head dim is unsupported_reason's job).
+bool parse_candidate(const std::string& name, int* variant, int* k);
 /// The tiles of `variant` (for kTuned and kFa2Layout: candidate `candidate`, −1 the default) as they run: with a
 /// GPU, dq_vec_run is the dQ atomic width of the code the GPU runs (1 before sm_90); without one,
 /// the emulator's (dq_vec).

@@ -146,7 +146,7 @@ ch7::RuleVerdict low_precision_rule(const ch6::BackwardCheck& kernel, const Mirr
     const fa::Validation* k[3] = {&kernel.dQ, &kernel.dK, &kernel.dV};
     const char* names[3] = {"dQ", "dK", "dV"};
     for (int i = 0; i < 3; ++i)
-        v.ok &= ch7::rule_line(names[i], *k[i], mirror.err[i], mirror.floor_abs[i], mirror.floor_rel[i], v.text);
+        v.ok &= fa::rule_line(names[i], *k[i], mirror.err[i], mirror.floor_abs[i], mirror.floor_rel[i], v.text);
     return v;
 }
 

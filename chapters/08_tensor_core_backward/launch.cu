@@ -49,6 +49,23 @@ std::vector<BwdTiles> tuning_candidates(int D, int variant) {
     return out;
 }
 
+std::string candidate_name(int variant, int k) {
+    if (k < 0 || (variant != kTuned && variant != kFa2Layout)) return "";
+    return (variant == kTuned ? "t" : "f") + std::to_string(k);
+}
+
+bool parse_candidate(const std::string& name, int* variant, int* k) {
+    if (name.size() < 2 || name.size() > 3 || (name[0] != 't' && name[0] != 'f')) return false;
+    int n = 0;
+    for (std::size_t i = 1; i < name.size(); ++i) {
+        if (name[i] < '0' || name[i] > '9') return false;
+        n = 10 * n + (name[i] - '0');
+    }
+    *variant = name[0] == 't' ? kTuned : kFa2Layout;
+    *k = n;
+    return true;
+}
+
 int tuned_candidate(int D, int variant) {
     if (variant == kFa2Layout) return D == 64 ? kFa2Candidate64 : kFa2Candidate128;
     return D == 64 ? kTunedCandidate64 : kTunedCandidate128;
@@ -100,10 +117,12 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
     const int n = int(tuning_candidates(s.D, variant).size());
     if (candidate >= 0 && candidate >= n) {
         if (n == 0)
-            std::snprintf(buf, sizeof buf, "tile candidate %d: only kernels 5 and 6 have candidates", candidate);
+            std::snprintf(buf, sizeof buf, "kernel %d has no tile candidates (only kernels 5 and 6 have them)",
+                          variant);
         else
-            std::snprintf(buf, sizeof buf, "tile candidate %d: kernel %d has candidates 0..%d for D = %d", candidate,
-                          variant, n - 1, s.D);
+            std::snprintf(buf, sizeof buf, "tile candidate %s: kernel %d has candidates %s..%s for D = %d",
+                          candidate_name(variant, candidate).c_str(), variant, candidate_name(variant, 0).c_str(),
+                          candidate_name(variant, n - 1).c_str(), s.D);
         return buf;
     }
     if (s.N < 1 || s.B < 1 || s.H < 1 || s.B > 65535 || s.H > 65535 ||

@@ -2,7 +2,7 @@
 //
 //   make chapter8 && ./chapter8                                  kernel 6 (the fastest), bf16, D = 64, both dQ strategies
 //   ./chapter8 --kernel 2 --dtype fp16 --dim 128 --causal        one step of the ladder
-//   ./chapter8 --kernel 6 --tiles 1 --dim 64                     step 6 (FA2's warp layout), candidate 1
+//   ./chapter8 --tiles f1 --dim 64                               step 6 (FA2's warp layout), its candidate f1
 //   ./chapter8 --ladder --bench --seq 8192 --batch 2 --heads 16 --dim 128
 //                                                                every step, and the mma.sync rate
 //   ./chapter8 --sweep --seq 8192 --batch 2 --heads 16 --dim 128 time the tile candidates of steps 5 and 6
@@ -33,8 +33,8 @@
 namespace {
 
 struct Options {
-    std::string dtype = "bf16", dq = "both";
-    int kernel = ch8::kFa2Layout, tiles = -1;
+    std::string dtype = "bf16", dq = "both", tiles;
+    int kernel = ch8::kFa2Layout, candidate = -1;  // candidate: --tiles as an index of kernel 5's or 6's list
     bool ladder = false, sweep = false, bench = false, fp32 = false, train = false;
 };
 
@@ -53,7 +53,7 @@ std::vector<Job> jobs_of(const Options& o, int D) {
         if (o.sweep)
             for (int v : {ch8::kTuned, ch8::kFa2Layout})
                 for (int c = 0; c < int(ch8::tuning_candidates(D, v).size()); ++c) jobs.push_back({v, c, st});
-        if (!o.ladder && !o.sweep) jobs.push_back({o.kernel, o.tiles, st});
+        if (!o.ladder && !o.sweep) jobs.push_back({o.kernel, o.candidate, st});
     }
     return jobs;
 }
@@ -124,8 +124,10 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& ra, cons
         const ch8::Workspace w = ch8::split_workspace(ws.get(), s, j.strategy);
         const ch8::BwdTiles tl = ch8::tiles(j.variant, s.D, j.candidate);
         ch7::SummaryRow row;
-        row.name = ch8::variant_name(j.variant) + (j.candidate >= 0 ? "-c" + std::to_string(j.candidate) : "") +
-                   " " + ch8::strategy_name(j.strategy);
+        // kernels 5 and 6 name their candidate, the default one too ("6-fa2-layout-f5 atomic")
+        const int shown = j.candidate >= 0 || j.variant < ch8::kTuned ? j.candidate : ch8::tuned_candidate(s.D, j.variant);
+        row.name = ch8::variant_name(j.variant) + (shown >= 0 ? "-" + ch8::candidate_name(j.variant, shown) : "") + " " +
+                   ch8::strategy_name(j.strategy);
         row.tiles = tl.str();
         row.res = ch8::kernel_resources<T>(j.variant, s.D, j.candidate);
         std::printf("\nkernel %s: %s\n  dK/dV kernel: %d threads, %d registers, %zu bytes local memory (spills), "
@@ -228,8 +230,9 @@ int main(int argc, char** argv) {
                "1 direct port, 2 ldmatrix+swizzle, 3 cp.async, 4 P/dS in registers, 5 tuned, 6 FA2's warp layout "
                "(the default: the fastest)",
                ch8::kFirstVariant, ch8::kLastVariant);
-    cli.option("--tiles", &o.tiles, "kernels 5 and 6: tile candidate (--sweep lists them); -1 = the kernel's default",
-               -1, 63);
+    cli.option("--tiles", &o.tiles,
+               "a tile candidate of kernel 5 (t0, t1, ...) or 6 (f0, f1, ...), which it also selects; --sweep lists "
+               "them; without it kernels 5 and 6 run their default");
     cli.option("--dq", &o.dq, "how dQ is accumulated: atomic, split or both");
     cli.flag("--ladder", &o.ladder, "run every kernel 1..6 (default tiles) and print a table");
     cli.flag("--sweep", &o.sweep, "run every tile candidate of kernels 5 and 6 and print a table");
@@ -245,8 +248,22 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "chapter8: error: --dq must be atomic, split or both (got '%s')\n", o.dq.c_str());
         return 2;
     }
+    if (!o.tiles.empty()) {
+        int variant = 0;
+        if (!ch8::parse_candidate(o.tiles, &variant, &o.candidate)) {
+            std::fprintf(stderr, "chapter8: error: --tiles takes a candidate name, t0, t1, ... (kernel 5) or f0, f1, "
+                                 "... (kernel 6) (got '%s')\n", o.tiles.c_str());
+            return 2;
+        }
+        if (cli.given("--kernel") && o.kernel != variant) {
+            std::fprintf(stderr, "chapter8: error: --tiles %s is a candidate of kernel %d, not of --kernel %d\n",
+                         o.tiles.c_str(), variant, o.kernel);
+            return 2;
+        }
+        o.kernel = variant;
+    }
     if (ra.load_npy.empty()) {
-        const std::string bad = ch8::unsupported_reason(o.kernel, fa::shape_from_args(attn), o.tiles);
+        const std::string bad = ch8::unsupported_reason(o.kernel, fa::shape_from_args(attn), o.candidate);
         if (!bad.empty()) {
             std::fprintf(stderr, "chapter8: %s\n", bad.c_str());
             return 2;

@@ -20,7 +20,7 @@ namespace ch9 {
 /// The steps of the ladder (kernel/hopper_config.h says what each one adds).
 enum Variant : int {
     kWgmma = 1,        ///< wgmma from swizzled shared memory, P̃ in registers; cp.async loads
-    kTma = 2,          ///< + TMA loads into an mbarrier ring
+    kTma = 2,          ///< + TMA loads into an mbarrier ring (three stages)
     kSpecialized = 3,  ///< + producer warpgroup, consumer warpgroups, setmaxnreg
     kPingpong = 4,     ///< + the consumers take turns at the tensor cores (named barriers)
     kOverlap = 5,      ///< + the softmax under the warpgroup's own P̃·V (wgmma.wait_group 1)
@@ -36,12 +36,16 @@ std::string variant_name(int variant);
 struct Tiles {
     int Br, Bc, stages;
     int consumers;  ///< consumer warpgroups (of 64 query rows each)
-    bool turns;       ///< whether they take turns at the tensor cores (steps 4–5) or run free
+    bool turns;       ///< whether they take turns at the tensor cores (steps 4–6) or run free
     bool persistent;  ///< step 6: a block per SM looping over the work items, or a block per item
     int threads, smem_bytes;
-    /// "B_r x B_c = 128 x 128, 2 stages, 2 consumers in turns, 384 threads" (", persistent" before
+    /// "B_r x B_c = 128 x 128, 3 stages, 2 consumers in turns, 384 threads" (", persistent" before
     /// the threads when it is)
     std::string str() const;
+    /// The same in a few characters, for the name of a step 6 candidate in printouts and result
+    /// files: "s3-2wg-turns", "s3-3wg-free", "s3-2wg-turns-persistent" (stages, consumer warpgroups,
+    /// schedule)
+    std::string tag() const;
 };
 /// The tiles `variant` uses at head dim D; for step 6, candidate `candidate` of
 /// tuning_candidates(D) (−1: the default).

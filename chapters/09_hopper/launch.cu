@@ -55,10 +55,10 @@ template <class T, int D>
 KernelEntry step_entry(int variant, int candidate) {
     switch (variant) {
         case kWgmma: return entry_of<T, HopperConfig<1, D, 1>>();
-        case kTma: return entry_of<T, HopperConfig<2, D, 2>>();
-        case kSpecialized: return entry_of<T, HopperConfig<3, D, 2>>();
-        case kPingpong: return entry_of<T, HopperConfig<4, D, 2>>();
-        case kOverlap: return entry_of<T, HopperConfig<5, D, 2>>();
+        case kTma: return entry_of<T, HopperConfig<2, D, kLadderStages>>();
+        case kSpecialized: return entry_of<T, HopperConfig<3, D, kLadderStages>>();
+        case kPingpong: return entry_of<T, HopperConfig<4, D, kLadderStages>>();
+        case kOverlap: return entry_of<T, HopperConfig<5, D, kLadderStages>>();
         default:  // step 6: a candidate of Step6Tiles
             return step6_entries<T, D>()[std::size_t(candidate >= 0 ? candidate : Step6Tiles<D>::kDefault)];
     }
@@ -120,6 +120,13 @@ std::string variant_name(int variant) {
                                   "6-tuned"};
     if (variant < kFirstVariant || variant > kLastVariant) return "unknown";
     return names[variant - 1];
+}
+
+std::string Tiles::tag() const {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "s%d-%dwg-%s%s", stages, consumers, turns ? "turns" : "free",
+                  persistent ? "-persistent" : "");
+    return buf;
 }
 
 std::string Tiles::str() const {

@@ -85,7 +85,10 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
         int Bc = 0, Br = 0;
         if (j.chapter == 9) {
             const ch9::Tiles t = ch9::tiles(j.variant, s.D, j.candidate);
-            row.name = ch9::variant_name(j.variant) + (j.candidate >= 0 ? "-c" + std::to_string(j.candidate) : "");
+            // a candidate's name says what it is ("6-tuned-c2-s3-2wg-free"), so rows of runs made
+            // with different candidate lists never mean two things
+            row.name = ch9::variant_name(j.variant) +
+                       (j.candidate >= 0 ? "-c" + std::to_string(j.candidate) + "-" + t.tag() : "");
             row.tiles = t.str();
             row.res = ch9::kernel_resources<T>(j.variant, s.D, j.candidate);
             Bc = t.Bc, Br = t.Br;
@@ -123,7 +126,7 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
         gemm = ch7::gemm_tflops<T>(timer, run_args.repeat);
         wgmma = ch9::wgmma_tflops<T>(run_args.repeat);
     }
-    if (rows.size() > 1 || gemm > 0) ch7::print_summary(rows, {{"% of GEMM", gemm}, {"% of wgmma", wgmma}}, 24, 66);
+    if (rows.size() > 1 || gemm > 0) ch7::print_summary(rows, {{"% of GEMM", gemm}, {"% of wgmma", wgmma}}, 33, 66);
     return fa::print_verdict(run_args, ok);
 }
 

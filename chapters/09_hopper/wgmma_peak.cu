@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "../../common/peak.cuh"
-#include "../../common/tensor_core/hopper.cuh"
+#include "kernel/hopper.cuh"
 #include "chapter9.h"
 
 namespace ch9 {

@@ -14,7 +14,7 @@
 #include "../../common/parallel.h"
 #include "../../common/random.h"
 #include "../02_online_softmax/online_softmax.h"
-#include "../07_tensor_cores/chapter7.h"
+#include "../../common/low_precision_rule.h"
 #include "decoding.h"
 #include "kernel/split_plan.h"
 
@@ -166,7 +166,7 @@ RuleCheck low_precision_rule(const DecodeShape& s, std::size_t n, const float* O
     errors(L, L_ref, n, c.err_L, rel_L);
     errors(O_mirror, O_ref, n * s.D, c.mirror_O, mirror_rel_O);
     errors(L_mirror, L_ref, n, c.mirror_L, mirror_rel_L);
-    const ch7::RuleFloors f = ch7::rule_floors(s.D, max_abs_V, max_L);  // chapter 7's floors
+    const fa::RuleFloors f = fa::rule_floors(s.D, max_abs_V, max_L);
     const bool ok_O = c.err_O <= 2 * c.mirror_O + f.O && rel_O <= 2 * mirror_rel_O + f.rel_O;
     const bool ok_L = c.err_L <= 2 * c.mirror_L + f.L && rel_L <= 2 * mirror_rel_L + f.rel_L;
     c.ok = ok_O && ok_L;

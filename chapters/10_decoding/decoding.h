@@ -23,7 +23,7 @@ namespace ch10 {
 enum Variant : int {
     kFa2Grid = 1,  ///< chapter 7's kernel on chapter 7's grid: a block per (sequence, query head)
     kSplitKv = 2,  ///< + the cache split across blocks, partials merged by a combine kernel
-    kGqa = 3,      ///< + the g query heads of a KV head in one block: K and V read once
+    kGqa = 3,      ///< + the g query heads of a KV head in one block: K and V read once per 16 rows
     kPaged = 4,    ///< + K and V through a block table (paged cache)
     kTuned = 5,    ///< + warps and pipeline depth from the sweep (contiguous or paged cache)
 };

@@ -1,6 +1,7 @@
 /// @file candidates.h
 /// @brief Chapter 7: the tile configurations of variants 2–6, listed once for the GPU launcher
 /// (launch.cu) and the CPU emulator (emulator/emulated_kernels.cpp).
+/// Chapters 8 and 9 compile this header too (ConfigList, Tuning): a change here rebuilds them.
 #pragma once
 
 #include <type_traits>

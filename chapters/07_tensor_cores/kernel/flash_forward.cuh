@@ -37,6 +37,7 @@
 /// Test one kernel: make test-chapter7 VARIANT=K (its CPU-emulated tests, and with a GPU its GPU
 ///                 tests). The emulator (emulator/emulated_kernels.cpp) runs this same source lane
 ///                 by lane on the CPU, so a kernel change is tested even without a GPU.
+/// Chapter 9 compiles this header too (FwdParams, for its wgmma kernel): a change here rebuilds it.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 /// h = 1 is row g + 8 (elements 2, 3). It holds a quarter of each such row; the other three
 /// quarters sit in the other lanes of its quad, so a row max or sum is the lane's own partial
 /// result combined over the quad with two xor-shuffles (fa::group_max<4>, fa::group_sum<4>).
+/// Chapters 9 and 10 compile this header too (the online softmax of their kernels): a change here rebuilds them.
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 /// @brief Chapter 7: the tile shape of a kernel, described once: at compile time by MmaConfig
 /// (variants 2–6: which optimization steps it has and its tiles), at run time by TileConfig, its
 /// view derived from it (MmaConfig::kTiles). Plain C++ so the tests can check the shapes.
+/// Chapters 8, 9 and 10 compile this header too (8 and 10 build their configs on MmaConfig): a change here rebuilds them.
 #pragma once
 
 #include <string>

@@ -10,12 +10,12 @@
 ///     of Sub: dPᵀ of the pass in registers (2 m-tiles × Sub/8 n-tiles), Sᵀ beside it SSub queries
 ///     at a time (16, or the whole pass), P and dS in fp32, then Pᵀ and dSᵀ rounded to 16 bits and
 ///     written to their B_c × B_r tiles in shared memory; with Prefetch every warp product in
-///     mma_prefetched's order (backward.cuh);
+///     mma_prefetched's order (warp_mma.cuh);
 ///   lines 12, 16: the same 32 keys × columns qw · kWarpCols.. of dV_j, dK_j (fp32 registers for
 ///     the whole inner loop), k = the B_r queries of the tile: A = Pᵀ or dSᵀ rows from shared
 ///     memory (half of them written by the other warps of the key group), B = dO_i or Q_i read
 ///     with ldmatrix.trans;
-///   line 15: dq_product (backward.cuh) with 32-row warp tiles, then its adds (dq_atomics) a few
+///   line 15: dq_product (dq_atomics.cuh) with 32-row warp tiles, then its adds (dq_atomics) a few
 ///     tiles at a time between the k-steps of line 12.
 /// Everything else is steps 1–5's: the preprocess and dQ conversion kernels, the tile loads, the
 /// masks, P and dS, the dQ atomics, the causal start of the inner loop.

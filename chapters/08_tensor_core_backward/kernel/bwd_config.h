@@ -126,7 +126,7 @@ struct BwdConfig {
 /// Pipeline as step 3 (cp.async of Q_i, dO_i, L_i, D_i in `Stages` buffers); ldmatrix from
 /// swizzled tiles as step 2; K_j, V_j fragments in registers when `KVInRegs`; with `Prefetch` every
 /// warp product reads the fragments of its next k-step before it multiplies those of this one, the
-/// order FA2's own gemm issues them in (mma_prefetched in backward.cuh).
+/// order FA2's own gemm issues them in (mma_prefetched in warp_mma.cuh).
 template <int D_, int Warps, int Bc_, int Br_, int Stages, bool KVInRegs, int Sub, int DqVec, int SSub = 16,
           bool Prefetch = false>
 struct Fa2LayoutConfig {

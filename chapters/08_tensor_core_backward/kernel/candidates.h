@@ -23,18 +23,19 @@ using LadderPair = KernelPair<BwdConfig<Step, D, 4, 64, (Step >= 3 ? 2 : 1), fal
 template <int D>
 using Ladder = ch7::ConfigList<LadderPair<1, D>, LadderPair<2, D>, LadderPair<3, D>, LadderPair<4, D>>;
 
-/// Step 5's candidates, BwdConfig<5, D, warps, B_r, stages, K/V in registers, pass width, dQ atomic width,
+/// Step 5's candidates t0, t1, ... (the program's --tiles names; step 6's are f0, f1, ...), in list
+/// order, BwdConfig<5, D, warps, B_r, stages, K/V in registers, pass width, dQ atomic width,
 /// m-tiles per warp in line 15>.
 /// Registers per lane ≈ dK_j, dV_j (D) + one pass's Sᵀ, dPᵀ, Pᵀ, dSᵀ (1.5 · pass width) + K_j, V_j
 /// fragments if kept (D/2) + addresses, at most 255 (`make chapter8 EXTRA_NVCCFLAGS=-Xptxas=-v`).
 template <class Bwd, int DqWarps>
 using Tuned = KernelPair<Bwd, DqConfig<5, Bwd::D, DqWarps, 64>>;
-/// c6–c9 are c2 and c4 (D = 64), c1 and c3 (D = 128) with float2 and float4 dQ atomics (the last
+/// t6–t9 are t2 and t4 (D = 64), t1 and t3 (D = 128) with float2 and float4 dQ atomics (the last
 /// template argument; on GPUs before compute capability 9.0 they run scalar atomics, i.e. as the
-/// candidate they copy). c10 (both head dims) is c9 and c11 (D = 128) is c7 with line 15 in warp tiles
+/// candidate they copy). t10 (both head dims) is t9 and t11 (D = 128) is t7 with line 15 in warp tiles
 /// of two m-tiles (DqM = 2): each K_j fragment read for dQ_i serves 32 query rows instead of 16
-/// (README, "Shared-memory traffic"). c7 at D = 64 gains nothing from it (its dQ_i warp tiles would
-/// go from 16 × 32 to 32 × 16: the same bytes), so it has no such twin.
+/// (README, "Shared-memory reads per tile"). t7 at D = 64 gains nothing from it (its dQ_i warp tiles
+/// would go from 16 × 32 to 32 × 16: the same bytes), so it has no such twin.
 using Candidates64 = ch7::ConfigList<Tuned<BwdConfig<5, 64, 4, 64, 2, false, 64>, 4>,
                                       Tuned<BwdConfig<5, 64, 8, 64, 2, false, 64>, 8>,
                                       Tuned<BwdConfig<5, 64, 8, 64, 2, true, 64>, 8>,
@@ -59,14 +60,14 @@ using Candidates128 = ch7::ConfigList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 3
                                         Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32, 4, 2>, 8>,
                                         Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32, 4, 2>, 8>>;
 
-/// Step 6's candidates, Fa2LayoutConfig<D, warps, B_c, B_r, stages, K/V in registers, pass width, dQ
+/// Step 6's candidates f0, f1, ..., in list order, Fa2LayoutConfig<D, warps, B_c, B_r, stages, K/V in registers, pass width, dQ
 /// atomic width>: 8 warps as 4 along the keys × 2 (queries in lines 10–14, D in lines 12 and 16), B_c
-/// = 128 and float4 dQ atomics as c9, and FA2's B_r for its sm80 layout (README, "Step 6"): 64 at
+/// = 128 and float4 dQ atomics as t9, and FA2's B_r for its sm80 layout (README, "Step 6"): 64 at
 /// D = 128, where two 128-row Q_i, dO_i stages would not fit beside K_j, V_j, Pᵀ and dSᵀ; 128 at
-/// D = 64. --dq split pairs each with c9's dQ kernel. c0 and c1 hold Sᵀ 16 queries at a time (passes
-/// of 32 and 16); c2 holds Sᵀ of the whole 32-query pass (FA2's 32 × 32 warp tile of S); c3 and c4
-/// are c0 and c2 with every warp product's loads one k-step ahead (Fa2LayoutConfig's Prefetch).
-/// c5, c6, c7 are c1, c2, c4 with float2 dQ atomics: with line 15's adds spread between the k-steps
+/// D = 64. --dq split pairs each with t9's dQ kernel. f0 and f1 hold Sᵀ 16 queries at a time (passes
+/// of 32 and 16); f2 holds Sᵀ of the whole 32-query pass (FA2's 32 × 32 warp tile of S); f3 and f4
+/// are f0 and f2 with every warp product's loads one k-step ahead (Fa2LayoutConfig's Prefetch).
+/// f5, f6, f7 are f1, f2, f4 with float2 dQ atomics: with line 15's adds spread between the k-steps
 /// of line 12 (backward_fa2.cuh) they need no shuffle and no register moves, which float4's do.
 template <class Bwd>
 using Fa2Pair = KernelPair<Bwd, DqConfig<5, Bwd::D, 8, 64>>;
@@ -88,11 +89,11 @@ using Fa2Candidates128 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64
                                          Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 2, 32, true>>>;
 
 /// Step 5's default candidate per head dim: the fastest in the sweep (./chapter8 --sweep; README,
-/// step 5), B_c = B_r = 128 with float4 dQ atomics at both head dims.
+/// step 5), t9: B_c = B_r = 128 with float4 dQ atomics at both head dims.
 constexpr int kTunedCandidate64 = 9;
 constexpr int kTunedCandidate128 = 9;
-/// Step 6's default candidate per head dim (README, step 6): the fastest in the H200 sweeps, c6
-/// (FA2's 32 × 32 tile of S, float2 dQ atomics) at D = 128 and c5 (c1 with float2 atomics) at D = 64.
+/// Step 6's default candidate per head dim (README, step 6): the fastest in the H200 sweeps, f6
+/// (FA2's 32 × 32 tile of S, float2 dQ atomics) at D = 128 and f5 (f1 with float2 atomics) at D = 64.
 constexpr int kFa2Candidate64 = 5;
 constexpr int kFa2Candidate128 = 6;
 

@@ -7,12 +7,12 @@
 ///   1  wgmma        S = Q·Kᵀ by wgmma from shared memory (both operands through descriptors over
 ///                   128-byte-swizzled tiles), O += P̃·V by wgmma with P̃ in registers; every thread
 ///                   loads tiles with cp.async, as chapter 7 does
-///   2  TMA          one thread loads Q and K_j, V_j with the TMA into a ring of buffers; a "full"
-///                   mbarrier per buffer completes when its bytes have arrived
+///   2  TMA          one thread loads Q and K_j, V_j with the TMA into a ring of three buffers; a
+///                   "full" mbarrier per buffer completes when its bytes have arrived
 ///   3  specialized  a producer warpgroup (40 registers) runs the TMA loop; two consumer
 ///                   warpgroups (232 registers) compute and hand each buffer back on its "empty"
 ///                   mbarrier; no block-wide barrier inside the loop
-///   4  pingpong     the consumers take turns at the tensor cores (two named barriers): a turn
+///   4  pingpong     the consumers take turns at the tensor cores (a named barrier each): a turn
 ///                   issues S of tile k and P̃·V of tile k − 1 together, so one consumer's softmax
 ///                   runs while the other's products do (consume_in_turns)
 ///   5  overlap      inside a turn's warpgroup: wait for S alone (wgmma.wait_group 1), run the
@@ -23,10 +23,10 @@
 ///                   (Step6Tiles)
 ///
 /// Who owns what: consumer warpgroup c owns query rows 64c..64c+63 of the block's B_r (128, or 192
-/// with three consumers); warp
-/// w of it rows 16w..16w+15, in the layout of chapter 7's mma.sync accumulators (hopper.cuh), so
-/// chapter 7's masking (mask_scores), online softmax (online_softmax, step 5's exp2 form),
-/// packing of P̃ (pack_p) and epilogue (store_rows) run unchanged on the wgmma accumulators.
+/// with three consumers); warp w of it rows 16w..16w+15, in the layout of chapter 7's mma.sync
+/// accumulators (hopper.cuh), so chapter 7's masking (mask_scores), online softmax
+/// (online_softmax, step 5's exp2 form), packing of P̃ (pack_p) and epilogue (store_rows) run
+/// unchanged on the wgmma accumulators.
 /// Grid: (T_r query blocks, H, B), causal blocks heaviest first; step 6's persistent candidates: a
 /// block per SM, each looping over work items (hopper_config.h, work_item), the ring of K/V buffers
 /// and its mbarriers running on from item to item, Q's tile handed back on a "q_empty" mbarrier.
@@ -40,7 +40,7 @@
 #include <type_traits>
 
 #include "../../../common/math.h"
-#include "../../../common/tensor_core/hopper.cuh"
+#include "hopper.cuh"
 #include "../../../common/tensor_core/ptx.cuh"
 #include "../../07_tensor_cores/kernel/flash_forward.cuh"
 #include "../../07_tensor_cores/kernel/online_softmax.cuh"
@@ -140,9 +140,9 @@ __device__ __forceinline__ void release_stage(uint64_t* empty_bar, int lane) {
 }
 
 /// Steps 4–6: Alg. 1 lines 6–11 for consumer warpgroup `wg`, in turns (hopper_config.h: turn_count,
-/// turn_s_tile, turn_pv_tile, hands_over, s_wait_depth). Turn k, between the two named barriers,
-/// issues S_k and P̃_{k−1}·V_{k−1}; after it, this warpgroup runs the softmax of S_k while the other
-/// consumer takes its turn.
+/// turn_s_tile, turn_pv_tile, next_turn_barrier, hands_over, s_wait_depth). Turn k, between the two
+/// named barriers, issues S_k and P̃_{k−1}·V_{k−1}; after it, this warpgroup runs the softmax of S_k
+/// while the next consumer takes its turn (two consumers alternate; three go round).
 ///   step 4: wait for both products (wait_group 0), release tile k − 1's buffer, the softmax of
 ///           S_k with O's rescale, pack P̃_k;
 ///   step 5: wait for S_k only (wait_group 1: P̃_{k−1}·V_{k−1}, committed after it, runs on), the
@@ -151,15 +151,15 @@ __device__ __forceinline__ void release_stage(uint64_t* empty_bar, int lane) {
 /// The first turn (S_0 alone) and the last (P̃·V_{T_c−1} alone) are separate instances of the
 /// turn: ptxas serializes every wgmma that sits under a run-time branch (warning C7520).
 /// Step 6, persistent: called once per work item, whose tile j is tile t0 + j of the ring. Each
-/// call balances the named barriers (consumer 1 opens, and hands nothing over after its last
-/// turn), so the next item's turns start as the first item's did.
+/// call balances the named barriers (the last consumer opens, and hands nothing over after its
+/// last turn), so the next item's turns start as the first item's did.
 template <class T, class Cfg>
 __device__ __forceinline__ void consume_in_turns(float (&O)[1][Cfg::D / 8][4], ch7::RowStats<Cfg>& st,
                                                  const uint16_t* KVs, uint64_t* full, uint64_t* empty,
                                                  uint32_t q_addr, int Tc, int t0, int wg, int wq0,
                                                  const ch7::FwdParams& p, int lane) {
     using namespace tc::hopper;
-    constexpr int D = Cfg::D, Bc = Cfg::Bc, kStages = Cfg::kStages;
+    constexpr int D = Cfg::D, Bc = Cfg::Bc, kStages = Cfg::kStages, kWGs = Cfg::kConsumers;
     // Tile j of this block of Alg. 1 is tile t0 + j of the ring (t0 = 0 but in a persistent grid)
     auto stage = [&](int j) { return ring_stage(t0 + j, kStages); };
     auto k_addr = [&](int j) { return smem_u32(KVs + stage(j) * 2 * Bc * D); };
@@ -173,7 +173,7 @@ __device__ __forceinline__ void consume_in_turns(float (&O)[1][Cfg::D / 8][4], c
         wgmma_fence();  // O rescaled and P̃ written by ordinary instructions
         if constexpr (kS) issue_s<T, Cfg>(S, q_addr, k_addr(j));  // line 8 for tile k
         if constexpr (kPv) issue_pv<T, Cfg>(O, P, k_addr(jp) + uint32_t(2 * Bc * D));  // line 10 for tile k − 1
-        if (hands_over(wg, k, Tc)) named_barrier_arrive(turn_barrier(1 - wg), kTurnThreads);
+        if (hands_over(wg, k, Tc, kWGs)) named_barrier_arrive(next_turn_barrier(wg, kWGs), kTurnThreads);
         if constexpr (!kS) {  // the last turn: P̃·V of the last tile alone
             wgmma_wait<0>();
             touch_accumulators<D / 8>(O[0]);
@@ -209,7 +209,7 @@ __device__ __forceinline__ void consume_in_turns(float (&O)[1][Cfg::D / 8][4], c
         }
         ch7::pack_p<T, Cfg>(P, S);
     };
-    if (opens_first_turn(wg)) named_barrier_arrive(turn_barrier(1 - wg), kTurnThreads);
+    if (opens_first_turn(wg, kWGs)) named_barrier_arrive(next_turn_barrier(wg, kWGs), kTurnThreads);
     turn(0, std::true_type{}, std::false_type{});  // S_0
     for (int k = 1; k < turn_count(Tc) - 1; ++k) turn(k, std::true_type{}, std::true_type{});  // S_k, P̃·V_{k−1}
     turn(turn_count(Tc) - 1, std::false_type{}, std::true_type{});  // P̃·V_{T_c−1}

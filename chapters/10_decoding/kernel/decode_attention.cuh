@@ -8,8 +8,9 @@
 ///                 reads the whole cache; B·H_q blocks, most SMs idle
 ///   2  split-kv   one block per (split, query head, sequence); each writes a partial O_s (fp32,
 ///                 normalized) and L_s; combine_kernel merges them with chapter 2's merge
-///   3  gqa        one block per (split, KV head, sequence) holds the g query heads of that KV head
-///                 (g·q_len rows): each K/V byte is read once, not g times
+///   3  gqa        one block per (split, KV head, sequence, 16-row block) holds the g query heads
+///                 of that KV head (g·q_len rows): K and V are read once per 16-row block, not once
+///                 per query head (once per KV head while g·q_len <= 16)
 ///   4  paged      as 3, K/V rows found through a block table (pages of P tokens, any order)
 ///   5  tuned      as 3 (or 4 on a paged cache), with the warps and pipeline depth of the sweep;
 ///                 the last block of each group to finish merges the splits (no second kernel)
