@@ -169,9 +169,11 @@ sanitize: $(GPU_TEST_BINS)
 docs: check-docs
 	@BUILD=$(BUILD) tools/make_docs.sh
 
-# The docs speak of the course as it is (no process words) and every measured table in them is what
-# tools/doc_tables.py makes from results/ now (tools/check_docs.py).
+# The docs speak of the course as it is (no process words), every measured table in them is what
+# tools/doc_tables.py makes from results/ now, line counts are true and results/ holds only what is
+# used (tools/check_docs.py; --self-test first shows that its patterns catch what they should).
 check-docs:
+	@$(PYTHON) tools/check_docs.py --self-test
 	@$(PYTHON) tools/check_docs.py
 
 # ---- bug-hunt exercises (docs/exercises.md) ------------------------------------------------------
@@ -236,8 +238,12 @@ help:
 	@echo "  make test            build everything, run every test binary; ends with 'N passed, M failed'"
 	@echo "  make test-chapterN   build and run one chapter's tests (what to rerun after editing its kernel)"
 	@echo "                       TEST_ARGS='[cpu]' (or any Catch2 test spec) narrows a run"
-	@echo "  make test-chapterN VARIANT=k  only the tests of kernel variant k (chapters 5 and 7: the one"
-	@echo "                       you edited), on the CPU emulator and, with a GPU, on the GPU"
+	@echo "  make test-chapterN VARIANT=k  only the tests of kernel variant (ladder step) k: chapters 5, 7,"
+	@echo "                       8, 9 and 10 (with the emulator of chapters 7, 8, 10 also without a GPU)"
+	@echo "                       The file to edit: chapter 1 softmax.cpp; 2-6 kernels.cu; 7"
+	@echo "                       kernel/flash_forward.cuh; 8 kernel/backward.cuh (step 6:"
+	@echo "                       kernel/backward_fa2.cuh); 9 kernel/hopper_forward.cuh (compute"
+	@echo "                       capability 9.0 only); 10 kernel/decode_attention.cuh"
 	@echo "  make sanitize        compute-sanitizer memcheck, racecheck, synccheck, initcheck over every"
 	@echo "                       GPU chapter's tests on small shapes, one test case per process,"
 	@echo "                       SANITIZE_JOBS (default 4) at a time (without a GPU: says so, exits 1)"

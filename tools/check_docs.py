@@ -6,7 +6,8 @@
    owners, commit hashes, "not yet" status notes. History belongs in results/ (its NOTES.md files).
 2. Every measured table is what tools/doc_tables.py makes from results/ now (no hand-typed or
    stale numbers).
-3. results/ holds what something uses: every file in it is named by a doc, a results/ notes file
+3. A chapter's "Read in this order" table gives each file's true line count (`wc -l`).
+4. results/ holds what something uses: every file in it is named by a doc, a results/ notes file
    (README.md, chNN/NOTES.md) or a table generator in tools/tables/ (the rest of the runs' logs
    stay in git's history).
 
@@ -91,10 +92,86 @@ def unused_results(docs):
     return [f for f in results_files() if not f.endswith(".md") and not used(f)]
 
 
+CELL_LINK = re.compile(r"\]\(([^)#]+\.(?:h|cuh|cu|cpp|py|sh))\)")
+CELL_FILE = re.compile(r"`([^`]+\.(?:h|cuh|cu|cpp|py|sh))`")
+
+
+def line_count_findings(docs):
+    """The 'lines' column of each chapter's "Read in this order" table against the files: a cell of
+    n numbers goes with the n files the row's first cell links to (or names in backquotes)."""
+    found = []
+    for doc in docs:
+        if not doc.startswith("chapters/"):
+            continue
+        base, inside = os.path.dirname(doc), False
+        with open(doc) as f:
+            for number, line in enumerate(f, start=1):
+                if line.startswith("## "):
+                    inside = line.strip() == "## Read in this order"
+                    continue
+                cells = [c.strip() for c in line.strip().strip("|").split("|")] if inside and line.startswith("|") else []
+                if len(cells) < 2 or not re.fullmatch(r"\d+(, \d+)*", cells[1]):
+                    continue
+                files = CELL_LINK.findall(cells[0]) or CELL_FILE.findall(cells[0])
+                counts = [int(x) for x in cells[1].split(", ")]
+                if len(files) != len(counts):
+                    found.append("%s:%d: %d files but %d line counts" % (doc, number, len(files), len(counts)))
+                    continue
+                for name, count in zip(files, counts):
+                    target = next((p for p in (os.path.join(base, name), name, os.path.join(base, "kernel", name))
+                                   if os.path.isfile(p)), None)
+                    if target is None:
+                        found.append("%s:%d: no file %s" % (doc, number, name))
+                        continue
+                    with open(target, "rb") as g:
+                        real = g.read().count(b"\n")
+                    if real != count:
+                        found.append("%s:%d: %s has %d lines, the table says %d" % (doc, number, name, real, count))
+    return found
+
+
+# Lines each pattern must catch, and lines of ordinary teaching text none may flag (--self-test).
+PLANTED = ["as device call 4 showed", "(call 12 of the day)", "chapter 10, run 3, read 4 TB/s",
+           "the second session measured", "see issue 29", "the tree that closes the issue",
+           "a helper session found", "the owner of the kernel", "fixed in 98c3ce6",
+           "Status: not yet on an H100", "merged by hand"]
+INNOCENT = ["the products run 3× faster", "variant 2 runs 16.2 TF/s", "each warp issues a load",
+            "0x7f800000 is +inf", "the thread that owns row 5", "run 10 times", "a helper function",
+            "chapter 3, runs 51.1 TF/s", "the runs of 2048 keys"]
+
+
+def self_test():
+    """The patterns catch every planted line and pass every innocent one; a table edited by hand
+    is caught. Exits 1 (naming the line) otherwise."""
+    bad = []
+    for text in PLANTED:
+        if not any(p.search(text) for p, _ in PATTERNS):
+            bad.append("not caught: %r" % text)
+    for text in INNOCENT:
+        hits = [what for p, what in PATTERNS if p.search(text)]
+        if hits:
+            bad.append("flagged as %s: %r" % (hits[0], text))
+    gens = doc_tables.generators()
+    name = sorted(gens)[0]
+    good = "<!-- table:%s -->\n%s\n<!-- /table:%s -->" % (name, gens[name]().rstrip("\n"), name)
+    edited = good.replace("|", "| 1", 1) if "|" in good else good + " 1"
+    problems = []
+    if doc_tables.render("x.md", edited, gens, problems) == edited:
+        bad.append("a hand-edited table %s was not regenerated" % name)
+    for b in bad:
+        print("check_docs --self-test: " + b, file=sys.stderr)
+    print("check_docs --self-test: %d planted lines caught, %d innocent ones passed, a hand edit caught"
+          % (len(PLANTED), len(INNOCENT)) if not bad else "check_docs --self-test: FAILED")
+    return 1 if bad else 0
+
+
 def main():
     os.chdir(doc_tables.ROOT)
+    if "--self-test" in sys.argv[1:]:
+        return self_test()
     docs = doc_tables.student_docs()
     findings = process_word_findings(docs)
+    findings += line_count_findings(docs)
     findings += doc_tables.run(check=True)
     findings += ["%s: no doc, results notes or table generator names this file (delete it; git "
                  "keeps it)" % f for f in unused_results(docs)]
@@ -104,7 +181,8 @@ def main():
         print("check_docs: %d finding(s); a lesson speaks of the course as it is (history goes to "
               "results/), and tables come from tools/doc_tables.py" % len(findings), file=sys.stderr)
         return 1
-    print("check_docs: %d docs, no process words, every table as results/ gives it" % len(docs))
+    print("check_docs: %d docs, no process words, every table as results/ gives it, file line counts "
+          "true, every results/ file used" % len(docs))
     return 0
 
 
