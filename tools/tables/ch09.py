@@ -187,6 +187,9 @@ def pytorch_table():
     line = ("%s, CUDA %s, PyTorch %s, %s, `%s`; rows: [`%s`](%s); bf16, B·N = 32768, H = 2048 / D, TF/s"
             % (header.get("gpu"), header.get("cuda"), header.get("torch"), header.get("date", "")[:10],
                header.get("command"), PYTORCH, link(PYTORCH)))
+    line += ("\n\nIn this run step 6 at D = 64 had three consumers running free (the `s3-3wg-free` candidate, "
+             "then the default), which the candidates table above puts behind the three consumers in turns "
+             "that are the default now; the D = 128 default is the same.")
     return line + "\n\n" + common.md_table(titles, table)
 
 
