@@ -41,34 +41,22 @@ CANDIDATE = re.compile(r"^([56])-[a-z0-9-]+?-([ctf])(\d+) (atomic|split)\s+(.*\S
                        r"\s+([\d.]+)\s+([\d.]+)\s+(\w+)$")
 
 
+
 def link(rel):
-    """A Markdown link to a results file from the chapter's folder."""
-    return "[`%s`](%s)" % (rel, os.path.relpath(os.path.join(common.ROOT, rel),
-                                                 os.path.join(common.ROOT, DOC_DIR)).replace(os.sep, "/"))
+    return common.link(rel, DOC_DIR)
+
+
+def env_of(folder):
+    """(gpu, driver, 'CUDA release (nvcc version)', date) of a run's env.txt."""
+    gpu, driver, cuda, nvcc, date = common.env_of(folder)
+    if not driver or not nvcc:
+        raise common.TableError("%s/env.txt: no driver or nvcc version" % folder)
+    return gpu, driver, "%s (nvcc %s)" % (cuda, nvcc), date
 
 
 def read(rel):
     with open(common.path(rel)) as f:
         return f.read()
-
-
-def env_of(folder):
-    """(gpu, driver, cuda, date) from the env.txt a run wrote (nvidia-smi, nvcc --version, date -u)."""
-    months = {m: i + 1 for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split())}
-    gpu = driver = cuda = date = None
-    for line in read(folder + "/env.txt").splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 2 and parts[0].startswith("NVIDIA"):
-            gpu, driver = parts[0], parts[1]
-        m = re.search(r"release (\d+\.\d+), V([\d.]+)", line)
-        if m:
-            cuda = "%s (nvcc %s)" % (m.group(1), m.group(2))
-        m = re.match(r"\w{3} (\w{3}) +(\d+) .* (\d{4})$", line)
-        if m:
-            date = "%s-%02d-%02d" % (m.group(3), months[m.group(1)], int(m.group(2)))
-    if not (gpu and driver and cuda and date):
-        raise common.TableError("%s/env.txt: no GPU, CUDA release or date line" % folder)
-    return gpu, driver, cuda, date
 
 
 def log_provenance(folder, commands, sources):

@@ -42,9 +42,10 @@ WHAT = {
 COLUMNS = [(128, 0), (128, 1), (64, 0), (64, 1)]
 
 
+
 def link(rel):
-    """rel (a path from the repository root) as a link from the chapter's folder."""
-    return os.path.relpath(os.path.join(common.ROOT, rel), os.path.join(common.ROOT, DOC_DIR)).replace(os.sep, "/")
+    """rel (a path from the repository root) as a link target from the chapter's folder."""
+    return common.relative(rel, DOC_DIR)
 
 
 def col_title(d, causal):

@@ -27,30 +27,14 @@ KERNELS = [("1-fa2-grid", "1 fa2-grid"), ("2-split-kv", "2 split-kv"), ("3-gqa",
            ("4-paged P=64", "4 paged (P = 64)"), ("5-tuned", "5 tuned"), ("5-tuned P=64", "5 tuned, P = 64")]
 
 
+
 def link(rel):
-    """A Markdown link to a results file from the chapter's folder."""
-    return "[`%s`](%s)" % (rel, os.path.relpath(os.path.join(common.ROOT, rel),
-                                                 os.path.join(common.ROOT, DOC_DIR)).replace(os.sep, "/"))
+    return common.link(rel, DOC_DIR)
 
 
 def env_of(folder):
-    """(gpu, driver, cuda, date) from the env.txt a run wrote (nvidia-smi, nvcc --version, date -u)."""
-    with open(common.path(folder + "/env.txt")) as f:
-        lines = f.read().splitlines()
-    gpu = driver = cuda = date = None
-    months = {m: i + 1 for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split())}
-    for line in lines:
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 2 and parts[0].startswith("NVIDIA"):
-            gpu, driver = parts[0], parts[1]
-        m = re.search(r"release (\d+\.\d+)", line)
-        if m:
-            cuda = m.group(1)
-        m = re.match(r"\w{3} (\w{3}) +(\d+) .* (\d{4})$", line)
-        if m:
-            date = "%s-%02d-%02d" % (m.group(3), months[m.group(1)], int(m.group(2)))
-    if not (gpu and cuda and date):
-        raise common.TableError("%s/env.txt: no GPU, CUDA release or date line" % folder)
+    """(gpu, driver, CUDA release, date) of a run's env.txt."""
+    gpu, driver, cuda, _, date = common.env_of(folder)
     return gpu, driver, cuda, date
 
 

@@ -3,6 +3,7 @@ where a table's numbers come from. Standard library only."""
 
 import csv
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -125,3 +126,36 @@ def listing(values):
     """'2048 and 8192', '64, 128 and 256' from numbers (sorted, unique)."""
     v = [str(x) for x in sorted(set(values))]
     return v[0] if len(v) == 1 else ", ".join(v[:-1]) + " and " + v[-1]
+
+
+def relative(rel, doc_dir):
+    """rel (a path from the repository root) as seen from the folder of the doc, doc_dir."""
+    return os.path.relpath(os.path.join(ROOT, rel), os.path.join(ROOT, doc_dir)).replace(os.sep, "/")
+
+
+def link(rel, doc_dir):
+    """A Markdown link named by its path, to a results file, from the folder of the doc doc_dir."""
+    return "[`%s`](%s)" % (rel, relative(rel, doc_dir))
+
+
+MONTHS = {m: i + 1 for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split())}
+
+
+def env_of(folder):
+    """(gpu, driver, cuda release, nvcc version, date) from the env.txt a run wrote beside its logs
+    (nvidia-smi's CSV line, nvcc --version, date -u)."""
+    gpu = driver = cuda = nvcc = date = None
+    with open(path(folder + "/env.txt")) as f:
+        for line in f.read().splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) >= 2 and parts[0].startswith("NVIDIA"):
+                gpu, driver = parts[0], parts[1]
+            m = re.search(r"release (\d+\.\d+), V([\d.]+)", line)
+            if m:
+                cuda, nvcc = m.groups()
+            m = re.match(r"\w{3} (\w{3}) +(\d+) .* (\d{4})$", line)
+            if m:
+                date = "%s-%02d-%02d" % (m.group(3), MONTHS[m.group(1)], int(m.group(2)))
+    if not (gpu and cuda and date):
+        raise TableError("%s/env.txt: no GPU, CUDA release or date line" % folder)
+    return gpu, driver, cuda, nvcc, date
