@@ -15,18 +15,22 @@ BUILD ?= build
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/dev/null)))
 
 # ---- GPU architecture -------------------------------------------------------------------------
-# ARCH=sm_90 chooses one; otherwise the GPU in this machine; with no GPU, a fat binary that runs on
-# every architecture the course supports (so CI compiles every target): sm_75, sm_80 (whose code
+# ARCH=sm_90 chooses one; otherwise the GPU in this machine; with no GPU, sm_80 alone: the oldest
+# architecture every chapter's kernels compile for in full (tensor cores, cp.async), which is all a
+# machine that cannot run them needs (the build proves they compile, the CPU emulator runs them).
+# ARCH=all builds the fat binary that runs everywhere the course does: sm_75, sm_80 (whose code
 # sm_86 and sm_89 run as it is: same major version), sm_90, and PTX for what comes after.
+# Chapter 9 is always built for sm_90a (below).
 GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .' | grep -E '^[0-9]+$$')
+ARCH_GIVEN := $(if $(filter command line environment,$(origin ARCH)),$(ARCH))
 ifeq ($(ARCH),)
-  ifneq ($(GPU_CC),)
-    ARCH := sm_$(GPU_CC)
-  endif
+  ARCH := $(if $(GPU_CC),sm_$(GPU_CC),sm_80)
+  ARCH_WHY := $(if $(GPU_CC),this machine's GPU,no GPU here: one architecture proves the GPU code compiles)
 endif
-ifneq ($(ARCH),)
+ifneq ($(ARCH),all)
   GENCODE := -gencode arch=compute_$(ARCH:sm_%=%),code=$(ARCH)
-  PTX_ARCH := compute_$(ARCH:sm_%=%)
+  # make chapterN.ptx: for the GPU here, or for the newest architecture the course targets
+  PTX_ARCH := $(if $(or $(GPU_CC),$(ARCH_GIVEN)),compute_$(ARCH:sm_%=%),compute_90)
 else
   GENCODE := $(foreach a,75 80,-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_90,code=[sm_90,compute_90]
   PTX_ARCH := compute_90
@@ -179,7 +183,7 @@ check-docs:
 # ---- bug-hunt exercises (docs/exercises.md) ------------------------------------------------------
 # make exercise CH=5 BUG=2 plants bug 2 of chapter 5 in a copy (exercises-work/ch5-bug2/), builds the
 # chapter's tests there and runs them; make check-exercises proves that every planted bug is caught.
-EXERCISE_ENV = ARCH="$(ARCH)" CATCH2_INCLUDE="$(or $(CATCH2_DIR),$(CATCH2_INCLUDE))" NVCC="$(NVCC)" \
+EXERCISE_ENV = ARCH="$(ARCH_GIVEN)" CATCH2_INCLUDE="$(or $(CATCH2_DIR),$(CATCH2_INCLUDE))" NVCC="$(NVCC)" \
   EXTRA_NVCCFLAGS="$(EXTRA_NVCCFLAGS)" BUILD="$(BUILD)"
 .PHONY: exercise exercise-answer check-exercises clean-exercises
 
@@ -267,14 +271,16 @@ help:
 	@echo "                      CSV=\"full.csv partial.csv\": the partial run's chapters replace the full one's)"
 	@echo "  make compare         the course's kernels next to PyTorch's SDPA (needs torch; COMPARE_ARGS=--quick)"
 	@echo "Docs"
-	@echo "  make docs            HTML docs with Doxygen into $(BUILD)/docs/html; fails on a dead local link"
+	@echo "  make docs            HTML docs with Doxygen into $(BUILD)/docs/html, MathJax copied in, so the folder"
+	@echo "                       reads offline wherever it is copied (libjs-mathjax's, else Debian's package"
+	@echo "                       fetched into $(BUILD)/deps, or MATHJAX_DIR=dir); fails on a dead or outside link"
 	@echo "  make check-docs      the docs' own test (make test and make docs run it): no words about how the"
 	@echo "                       course was made, every measured table as results/ gives it"
 	@echo "  make doc-tables      rewrite every measured table in the docs from results/ (tools/doc_tables.py)"
-	@echo "                       (MathJax: libjs-mathjax's when installed, to read offline; else its CDN)"
 	@echo "Other"
 	@echo "  make clean           remove $(BUILD)/, the programs and the exercises' work folders"
-	@echo "Variables: ARCH=sm_90 (GPU target; now: $(if $(ARCH),$(ARCH),fat binary sm_75..sm_90)),"
+	@echo "Variables: ARCH=sm_90 (GPU target; now: $(ARCH)$(if $(ARCH_WHY), ($(ARCH_WHY))); ARCH=all: every"
+	@echo "           architecture the course runs on, sm_75..sm_90 and PTX),"
 	@echo "           CATCH2_INCLUDE=dir (a Catch2 v2 or v3 include folder; by default the installed one,"
 	@echo "           or Debian's package fetched into $(BUILD)/deps), NVCC=path,"
 	@echo "           EXTRA_NVCCFLAGS='-D...' (more nvcc flags, e.g. a chapter's tuning macros)"

@@ -159,6 +159,29 @@ void allow_dynamic_smem_once(Kernel kernel, std::size_t bytes, const char* what)
     allowed[key] = bytes;
 }
 
+/// What the compiler and the occupancy calculator say about one kernel: the "resources" line
+/// chapters 7–9 print under each kernel (a spill shows as local_bytes > 0).
+struct KernelResources {
+    int registers = 0;            ///< registers per thread
+    std::size_t local_bytes = 0;  ///< local memory per thread (spills): 0 is what we want
+    int threads = 0;              ///< threads per block
+    int smem_bytes = 0;           ///< dynamic shared memory per block
+    int blocks_per_sm = 0;        ///< resident blocks per SM (occupancy calculator)
+};
+
+/// The resources of `kernel` launched with `threads` threads and `smem_bytes` of dynamic shared
+/// memory (raised for it first, as its launch does, or the occupancy calculator would refuse it).
+template <class Kernel>
+KernelResources kernel_resources(Kernel kernel, int threads, int smem_bytes, const char* what) {
+    allow_dynamic_smem_once(kernel, std::size_t(smem_bytes), what);
+    const void* k = reinterpret_cast<const void*>(kernel);
+    cudaFuncAttributes a{};
+    CUDA_CHECK(cudaFuncGetAttributes(&a, k));
+    int blocks = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, threads, std::size_t(smem_bytes)));
+    return {a.numRegs, a.localSizeBytes, threads, smem_bytes, blocks};
+}
+
 /// An owning device array of n elements of T (move-only).
 template <class T>
 class DeviceBuffer {

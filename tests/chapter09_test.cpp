@@ -946,8 +946,8 @@ TEST_CASE("step 6's tile candidates: each fits 227 KB and the register file, and
           "candidate 0 is step 5's configuration; the persistent ones are the defaults' schedules", "[cpu][chapter9]") {
     STATIC_REQUIRE(ch9::fits_smem(ch9::Step6Tiles<64>::List{}));
     STATIC_REQUIRE(ch9::fits_smem(ch9::Step6Tiles<128>::List{}));
-    STATIC_REQUIRE_FALSE(ch9::fits_smem(ch7::ConfigList<ch9::HopperConfig<6, 64, 2>, ch9::HopperConfig<6, 128, 4>>{}));
-    STATIC_REQUIRE_FALSE(ch9::fits_smem(ch7::ConfigList<ch9::HopperConfig<6, 128, 3, 3, false>>{}));
+    STATIC_REQUIRE_FALSE(ch9::fits_smem(fa::ConfigList<ch9::HopperConfig<6, 64, 2>, ch9::HopperConfig<6, 128, 4>>{}));
+    STATIC_REQUIRE_FALSE(ch9::fits_smem(fa::ConfigList<ch9::HopperConfig<6, 128, 3, 3, false>>{}));
     using Three = ch9::HopperConfig<6, 64, 3, 3, false>;
     STATIC_REQUIRE(Three::Br == 192);
     STATIC_REQUIRE(Three::kThreads == 512);

@@ -37,7 +37,7 @@ ex_have_gpu && gpu=1
 # Without a GPU only the cpu bugs run, and the test cases they name never launch a kernel. So,
 # unless the caller chose ARCH, the copies are built for sm_75 alone (EXERCISES_CPU_ARCH), where
 # the tensor-core kernels compile to stubs (common/tensor_core/build.h): seconds per copy instead
-# of the minutes of the fat binary, whose GPU code these runs would never execute.
+# of the minutes of their full sm_80 code, which these runs would never execute.
 if [ "$gpu" = 0 ] && [ -z "${ARCH:-}" ]; then ARCH=${EXERCISES_CPU_ARCH:-sm_75}; fi
 ex_make_vars
 start_all=$SECONDS
@@ -102,7 +102,7 @@ if [ "$gpu" = 1 ] && ! command -v compute-sanitizer >/dev/null; then
 fi
 
 echo "check-exercises: $n planted bugs; $([ "$gpu" = 1 ] && echo "GPU present: all of them run" ||
-    echo "no GPU: the cpu ones run, gpu and gpu-race ones are skipped"); built for ${ARCH:-a fat binary}; ${jobs} jobs; logs in ${logs#"$EX_ROOT"/}/"
+    echo "no GPU: the cpu ones run, gpu and gpu-race ones are skipped"); built for ${ARCH:-this machine}; ${jobs} jobs; logs in ${logs#"$EX_ROOT"/}/"
 
 # ---- baseline -----------------------------------------------------------------------------------
 declare -A need_ch=()

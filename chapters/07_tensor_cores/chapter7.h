@@ -60,16 +60,9 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
 /// Empty when device `d` can run the kernels (compute capability ≥ 8.0); otherwise why not.
 std::string device_unsupported_reason(const fa::DeviceInfo& d);
 
-/// What the compiler and the occupancy calculator say about one kernel (cudaFuncGetAttributes).
-struct KernelResources {
-    int registers;          ///< registers per thread
-    std::size_t local_bytes;  ///< local memory per thread (spills): 0 is what we want
-    int threads;            ///< threads per block
-    int smem_bytes;         ///< dynamic shared memory per block
-    int blocks_per_sm;      ///< resident blocks per SM (occupancy calculator)
-};
+/// What the compiler and the occupancy calculator say about the kernel of (variant, D, candidate).
 template <class T>
-KernelResources kernel_resources(int variant, int D, int candidate = -1);
+fa::KernelResources kernel_resources(int variant, int D, int candidate = -1);
 
 /// The rate of mma.sync.m16n8k16 alone on this GPU (TF/s, median of `repeat` runs): register
 /// operands, independent accumulators, one full wave of blocks (mma_peak.cu). Every FLOP of

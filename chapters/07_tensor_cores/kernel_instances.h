@@ -36,11 +36,8 @@ KernelEntry DimKernels<T, D>::ladder(int variant) {
 
 template <class T, int D>
 const std::vector<KernelEntry>& DimKernels<T, D>::tuned() {
-    static const std::vector<KernelEntry> entries = [] {
-        std::vector<KernelEntry> out;
-        for_each_config(typename TunedTiles<D>::List{}, [&](auto cfg) { out.push_back(mma_entry<T, decltype(cfg)>()); });
-        return out;
-    }();
+    static const std::vector<KernelEntry> entries =
+        fa::entries_of<KernelEntry>(typename TunedTiles<D>::List{}, [](auto cfg) { return mma_entry<T, decltype(cfg)>(); });
     return entries;
 }
 

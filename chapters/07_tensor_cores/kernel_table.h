@@ -38,19 +38,8 @@ struct DimKernels {
     static const std::vector<KernelEntry>& tuned();
 };
 
-/// The head dims the kernels are compiled for: the one place a run-time D meets them.
-template <int... Dims>
-struct HeadDimList {
-    /// Calls f(std::integral_constant<int, D>{}) (D must be listed: unsupported_reason checks it).
-    template <class F>
-    static decltype(auto) with(int D, F&& f) {
-        return fa::with_head_dim<Dims...>(D, std::forward<F>(f));
-    }
-    static std::vector<int> list() { return {Dims...}; }
-    /// Whether D has compiled kernels.
-    static constexpr bool has(int D) { return fa::matching_head_dim<Dims...>(D, fa::DimMatch::kExact) != 0; }
-};
-using HeadDims = HeadDimList<32, 64, 96, 128, 256>;
+/// The head dims the kernels are compiled for.
+using HeadDims = fa::HeadDimList<32, 64, 96, 128, 256>;
 
 /// Variant 6's candidates for head dim D.
 template <class T>

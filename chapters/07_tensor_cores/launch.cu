@@ -83,14 +83,9 @@ std::string device_unsupported_reason(const fa::DeviceInfo& d) {
 }
 
 template <class T>
-KernelResources kernel_resources(int variant, int D, int candidate) {
+fa::KernelResources kernel_resources(int variant, int D, int candidate) {
     const KernelEntry e = kernel_entry<T>(variant, D, candidate);
-    fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.smem_bytes), "chapter 7 kernel");
-    cudaFuncAttributes a{};
-    CUDA_CHECK(cudaFuncGetAttributes(&a, e.kernel));
-    int blocks = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, e.kernel, e.threads(), e.smem_bytes));
-    return {a.numRegs, a.localSizeBytes, e.threads(), e.smem_bytes, blocks};
+    return fa::kernel_resources(e.kernel, e.threads(), e.smem_bytes, "chapter 7 kernel");
 }
 
 template <class T>
@@ -107,8 +102,8 @@ void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const 
     CUDA_CHECK_LAUNCH();
 }
 
-template KernelResources kernel_resources<__half>(int, int, int);
-template KernelResources kernel_resources<__nv_bfloat16>(int, int, int);
+template fa::KernelResources kernel_resources<__half>(int, int, int);
+template fa::KernelResources kernel_resources<__nv_bfloat16>(int, int, int);
 template void forward<__half>(int, const fa::AttnShape&, const __half*, const __half*, const __half*,
                               __half*, float*, int);
 template void forward<__nv_bfloat16>(int, const fa::AttnShape&, const __nv_bfloat16*,

@@ -17,7 +17,7 @@ namespace ch7 {
 /// One line of a program's summary table: a kernel, its tiles and resources, its time and check.
 struct SummaryRow {
     std::string name, tiles;
-    KernelResources res;
+    fa::KernelResources res;
     double median_ms = 0, tflops = 0;
     bool timed = false, checked = false, passed = true;
 };

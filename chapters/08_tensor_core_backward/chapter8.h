@@ -103,7 +103,7 @@ void backward_emulated(int variant, int strategy, const fa::AttnShape& s, const 
 
 /// Registers, spills, shared memory and occupancy of the dK/dV kernel (atomic form) of a variant.
 template <class T>
-ch7::KernelResources kernel_resources(int variant, int D, int candidate = -1);
+fa::KernelResources kernel_resources(int variant, int D, int candidate = -1);
 
 // ---- the CPU mirror and the 2× rule (cpu_mirror.cpp) ---------------------------------------
 

@@ -8,10 +8,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include "../../common/dispatch.h"
 #include "../../common/math.h"
 #include "chapter8.h"
-#include "kernel/backward.cuh"
-#include "kernel/backward_fa2.cuh"
+#include "kernel/backward.cuh"  // BwdParams
 #include "kernel/candidates.h"
 
 namespace ch8 {
@@ -31,46 +31,36 @@ struct KernelEntry {
     int dq_threads() const { return 32 * tiles.dq_warps; }
 };
 
-template <class T, class Pair>
-KernelEntry entry_of() {
-    using B = typename Pair::BwdCfg;
-    using Q = typename Pair::DqCfg;
-    if constexpr (B::kStep == 6)  // step 6: FA2's warp layout is a dK/dV kernel of its own
-        return {B::tiles(Q::kThreads / 32, Q::Bc), B::kSmemBytes, Q::kSmemBytes,
-                dkdv_fa2_kernel<T, B, true>, dkdv_fa2_kernel<T, typename B::ScalarDq, false>, dq_kernel<T, Q>,
-                preprocess_kernel<T, B::D>, convert_dq_kernel<T>};
-    else  // steps 1–5: dkdv_kernel
-        return {B::tiles(Q::kThreads / 32, Q::Bc), B::kSmemBytes, Q::kSmemBytes,
-                dkdv_kernel<T, B, true>, dkdv_kernel<T, typename B::ScalarDq, false>, dq_kernel<T, Q>,
-                preprocess_kernel<T, B::D>, convert_dq_kernel<T>};
-}
+/// The compiled kernels of head dim D: steps 1–4 (the ladder, index variant − 1) and the
+/// candidates of steps 5 and 6, in the order of Step5Tiles<D>::List and Step6Tiles<D>::List.
+/// Declared here, defined in kernel_instances.h and compiled once per head dim and step group
+/// (instances/d*_*.cu for the GPU, emulator/d*_*.cpp for the CPU emulator): an edit of step 6's
+/// kernel rebuilds step 6's files only, side by side under make -j, and the launch, which
+/// includes this header, instantiates no kernel.
+template <class T, int D>
+struct DimKernels {
+    static const std::vector<KernelEntry>& ladder();
+    static const std::vector<KernelEntry>& tuned();       ///< step 5: t0, t1, ...
+    static const std::vector<KernelEntry>& fa2_layout();  ///< step 6: f0, f1, ...
+};
 
-/// The entries of a list of KernelPairs, in order.
-template <class T, class... Pairs>
-std::vector<KernelEntry> entries_of(ch7::ConfigList<Pairs...>) {
-    return {entry_of<T, Pairs>()...};
-}
+/// The head dims the kernels are compiled for.
+using HeadDims = fa::HeadDimList<64, 128>;
 
-/// Steps 1–4 (index variant − 1) and step 5's candidates, for head dim D (64 or 128).
-template <class T>
-const std::vector<KernelEntry>& kernel_ladder(int D) {
-    static const std::vector<KernelEntry> l64 = entries_of<T>(Ladder<64>{}), l128 = entries_of<T>(Ladder<128>{});
-    return D == 64 ? l64 : l128;
-}
-/// The candidates of step 5 or 6 (variant).
+/// The candidates of step 5 or 6 (variant) at head dim D.
 template <class T>
 const std::vector<KernelEntry>& kernel_candidates(int variant, int D) {
-    static const std::vector<KernelEntry> c64 = entries_of<T>(Candidates64{}), c128 = entries_of<T>(Candidates128{});
-    static const std::vector<KernelEntry> f64 = entries_of<T>(Fa2Candidates64{}),
-                                          f128 = entries_of<T>(Fa2Candidates128{});
-    if (variant == kFa2Layout) return D == 64 ? f64 : f128;
-    return D == 64 ? c64 : c128;
+    return *HeadDims::with(D, [&](auto d) {
+        using K = DimKernels<T, decltype(d)::value>;
+        return variant == kFa2Layout ? &K::fa2_layout() : &K::tuned();
+    });
 }
 
 /// The kernels for (variant, D, candidate); the arguments must be valid (unsupported_reason empty).
 template <class T>
 KernelEntry kernel_entry(int variant, int D, int candidate) {
-    if (variant < kTuned) return kernel_ladder<T>(D)[std::size_t(variant - 1)];
+    if (variant < kTuned)
+        return HeadDims::with(D, [&](auto d) { return DimKernels<T, decltype(d)::value>::ladder()[std::size_t(variant - 1)]; });
     return kernel_candidates<T>(variant, D)[std::size_t(candidate >= 0 ? candidate : tuned_candidate(D, variant))];
 }
 

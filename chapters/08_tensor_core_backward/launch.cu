@@ -44,7 +44,7 @@ std::string BwdTiles::str() const {
 
 std::vector<BwdTiles> tuning_candidates(int D, int variant) {
     std::vector<BwdTiles> out;
-    if ((D != 64 && D != 128) || (variant != kTuned && variant != kFa2Layout)) return out;
+    if (!HeadDims::has(D) || (variant != kTuned && variant != kFa2Layout)) return out;
     for (const KernelEntry& e : kernel_candidates<__half>(variant, D)) out.push_back(e.tiles);
     return out;
 }
@@ -67,8 +67,10 @@ bool parse_candidate(const std::string& name, int* variant, int* k) {
 }
 
 int tuned_candidate(int D, int variant) {
-    if (variant == kFa2Layout) return D == 64 ? kFa2Candidate64 : kFa2Candidate128;
-    return D == 64 ? kTunedCandidate64 : kTunedCandidate128;
+    return HeadDims::with(D, [&](auto d) {
+        constexpr int Dc = decltype(d)::value;
+        return variant == kFa2Layout ? Step6Tiles<Dc>::kDefault : Step5Tiles<Dc>::kDefault;
+    });
 }
 
 namespace {
@@ -108,7 +110,7 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
                       kFirstVariant, kLastVariant);
         return buf;
     }
-    if (s.D != 64 && s.D != 128) {
+    if (!HeadDims::has(s.D)) {
         std::snprintf(buf, sizeof buf,
                       "head dim %d is not supported: chapter 8's kernels (and chapter 7's forward) are "
                       "compiled for D = 64 and D = 128", s.D);
@@ -193,21 +195,16 @@ void backward(int variant, int strategy, const fa::AttnShape& s, const BwdTensor
 }
 
 template <class T>
-ch7::KernelResources kernel_resources(int variant, int D, int candidate) {
+fa::KernelResources kernel_resources(int variant, int D, int candidate) {
     const KernelEntry e = kernel_entry<T>(variant, D, candidate);
-    fa::allow_dynamic_smem_once(e.dkdv_atomic, std::size_t(e.smem_bytes), "chapter 8 dK/dV kernel");
-    cudaFuncAttributes a{};
-    CUDA_CHECK(cudaFuncGetAttributes(&a, e.dkdv_atomic));
-    int blocks = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, e.dkdv_atomic, e.threads(), e.smem_bytes));
-    return {a.numRegs, a.localSizeBytes, e.threads(), e.smem_bytes, blocks};
+    return fa::kernel_resources(e.dkdv_atomic, e.threads(), e.smem_bytes, "chapter 8 dK/dV kernel");
 }
 
 #define FA_CH8_INSTANTIATE(T)                                                                                  \
     template void backward<T>(int, int, const fa::AttnShape&, const BwdTensors<T>&, const Workspace&, int);     \
     template void backward_part<T>(int, int, int, const fa::AttnShape&, const BwdTensors<T>&, const Workspace&, \
                                    int);                                                                       \
-    template ch7::KernelResources kernel_resources<T>(int, int, int);
+    template fa::KernelResources kernel_resources<T>(int, int, int);
 FA_CH8_INSTANTIATE(__half)
 FA_CH8_INSTANTIATE(__nv_bfloat16)
 

@@ -66,7 +66,7 @@ std::string device_unsupported_reason(const fa::DeviceInfo& d);
 
 /// Registers, spills, threads, shared memory and blocks per SM of a variant (as chapter 7's).
 template <class T>
-ch7::KernelResources kernel_resources(int variant, int D, int candidate = -1);
+fa::KernelResources kernel_resources(int variant, int D, int candidate = -1);
 
 /// The rate of wgmma.mma_async m64n128k16 alone on this GPU (TF/s, median of `repeat` runs): both
 /// operands in shared memory through descriptors, fp32 accumulators, two warpgroups per block, one

@@ -34,20 +34,14 @@ KernelEntry entry_of() {
             hopper_forward_kernel<T, Cfg>};
 }
 
-/// The head dims the kernels are compiled for (chapter 7's HeadDimList: the one place a run-time D
-/// meets them).
-using HeadDims = ch7::HeadDimList<64, 128>;
+/// The head dims the kernels are compiled for.
+using HeadDims = fa::HeadDimList<64, 128>;
 
 /// Step 6's candidates at head dim D, in the order of Step6Tiles<D>::List.
 template <class T, int D>
 const std::vector<KernelEntry>& step6_entries() {
-    static const std::vector<KernelEntry> entries = [] {
-        std::vector<KernelEntry> v;
-        ch7::for_each_config(typename Step6Tiles<D>::List{}, [&](auto cfg) {
-            v.push_back(entry_of<T, decltype(cfg)>());
-        });
-        return v;
-    }();
+    static const std::vector<KernelEntry> entries =
+        fa::entries_of<KernelEntry>(typename Step6Tiles<D>::List{}, [](auto cfg) { return entry_of<T, decltype(cfg)>(); });
     return entries;
 }
 
@@ -190,14 +184,9 @@ std::string device_unsupported_reason(const fa::DeviceInfo& d) {
 }
 
 template <class T>
-ch7::KernelResources kernel_resources(int variant, int D, int candidate) {
+fa::KernelResources kernel_resources(int variant, int D, int candidate) {
     const KernelEntry e = kernel_entry<T>(variant, D, candidate);
-    fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.tiles.smem_bytes), "chapter 9 kernel");
-    cudaFuncAttributes a{};
-    CUDA_CHECK(cudaFuncGetAttributes(&a, e.kernel));
-    int blocks = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, e.kernel, e.tiles.threads, e.tiles.smem_bytes));
-    return {a.numRegs, a.localSizeBytes, e.tiles.threads, e.tiles.smem_bytes, blocks};
+    return fa::kernel_resources(e.kernel, e.tiles.threads, e.tiles.smem_bytes, "chapter 9 kernel");
 }
 
 template <class T>
@@ -217,8 +206,8 @@ void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const 
     CUDA_CHECK_LAUNCH();
 }
 
-template ch7::KernelResources kernel_resources<__half>(int, int, int);
-template ch7::KernelResources kernel_resources<__nv_bfloat16>(int, int, int);
+template fa::KernelResources kernel_resources<__half>(int, int, int);
+template fa::KernelResources kernel_resources<__nv_bfloat16>(int, int, int);
 template void forward<__half>(int, const fa::AttnShape&, const __half*, const __half*, const __half*, __half*, float*,
                               int);
 template void forward<__nv_bfloat16>(int, const fa::AttnShape&, const __nv_bfloat16*, const __nv_bfloat16*,

@@ -172,12 +172,12 @@ def _candidates():
     """{D: ([(warps, m_tiles, Bc, stages, q_in_regs), ...], default index)} from candidates.h."""
     text = _read(CANDIDATES_H)
     lists = {}
-    for D, body in re.findall(r"using Candidates(\d+) = ConfigList<(.*?)>;", text, re.S):
+    for D, body in re.findall(r"using Candidates(\d+) = fa::ConfigList<(.*?)>;", text, re.S):
         cfgs = re.findall(r"MmaConfig<6, (\d+), (\d+), (\d+), (\d+), (\d+), (true|false)>", body)
         lists[int(D)] = [(int(w), int(m), int(bc), int(s), q == "true") for d, w, m, bc, s, q in cfgs
                          if int(d) == int(D)]
     defaults = {int(D): int(k) for D, k in
-                re.findall(r"struct TunedTiles<(\d+)> : Tuning<Candidates\d+, (\d+)>", text)}
+                re.findall(r"struct TunedTiles<(\d+)> : fa::Tuning<Candidates\d+, (\d+)>", text)}
     if not lists or set(lists) != set(defaults):
         raise common.TableError("%s: candidate lists and TunedTiles do not match" % CANDIDATES_H)
     return {D: (lists[D], defaults[D]) for D in lists}

@@ -1,24 +1,14 @@
 /// @file candidates.h
 /// @brief Chapter 7: the tile configurations of variants 2–6, listed once for the GPU launcher
 /// (launch.cu) and the CPU emulator (emulator/emulated_kernels.cpp).
-/// Chapters 8 and 9 compile this header too (ConfigList, Tuning): a change here rebuilds them.
 #pragma once
 
 #include <type_traits>
 
+#include "../../../common/dispatch.h"
 #include "tile_config.h"
 
 namespace ch7 {
-
-/// A list of MmaConfig types.
-template <class... Cfgs>
-struct ConfigList {};
-
-/// Calls f(Cfg{}) for every configuration of the list, in order.
-template <class... Cfgs, class F>
-void for_each_config(ConfigList<Cfgs...>, F&& f) {
-    (f(Cfgs{}), ...);
-}
 
 /// Steps 2–5: 4 warps of one m-tile (B_r = 64), B_c = 64; synchronous loads until step 4, then
 /// two K/V buffers.
@@ -33,14 +23,14 @@ using LadderConfig = MmaConfig<Step, D, 4, 1, 64, (Step >= 4 ? 2 : 1), false>;
 /// is measured in the README, step 6). The last candidate of each list is 8 warps of 2 m-tiles
 /// (B_r = 256): each K/V tile loaded once for twice the rows. Every other candidate compiles
 /// without spills for sm_80..sm_90 (`make chapter7 EXTRA_NVCCFLAGS=-Xptxas=-v` shows it).
-using Candidates64 = ConfigList<MmaConfig<6, 64, 4, 2, 64, 2, false>,   //
+using Candidates64 = fa::ConfigList<MmaConfig<6, 64, 4, 2, 64, 2, false>,   //
                                 MmaConfig<6, 64, 4, 2, 64, 2, true>,    //
                                 MmaConfig<6, 64, 4, 2, 64, 3, true>,    //
                                 MmaConfig<6, 64, 4, 1, 128, 2, true>,   //
                                 MmaConfig<6, 64, 4, 1, 64, 3, true>,    //
                                 MmaConfig<6, 64, 8, 1, 64, 2, true>,    //
                                 MmaConfig<6, 64, 8, 2, 64, 2, true>>;
-using Candidates128 = ConfigList<MmaConfig<6, 128, 4, 2, 32, 2, false>,  //
+using Candidates128 = fa::ConfigList<MmaConfig<6, 128, 4, 2, 32, 2, false>,  //
                                  MmaConfig<6, 128, 4, 2, 32, 3, false>,  //
                                  MmaConfig<6, 128, 4, 1, 64, 2, true>,   //
                                  MmaConfig<6, 128, 4, 1, 32, 2, false>,  //
@@ -57,35 +47,29 @@ using Candidates128 = ConfigList<MmaConfig<6, 128, 4, 2, 32, 2, false>,  //
 /// O alone is 128 registers per lane, so one m-tile per warp; B_c = 32 keeps S small, and the
 /// shared memory (Q: 32 KB per 64 rows; K_j, V_j: 32 KB per 32 keys and stage) stays within
 /// sm_80's 163 KB.
-using Candidates32 = ConfigList<MmaConfig<6, 32, 4, 2, 64, 3, true>,    //
+using Candidates32 = fa::ConfigList<MmaConfig<6, 32, 4, 2, 64, 3, true>,    //
                                 MmaConfig<6, 32, 4, 2, 64, 2, false>,   //
                                 MmaConfig<6, 32, 4, 2, 128, 2, true>,   //
                                 MmaConfig<6, 32, 4, 1, 128, 2, true>,   //
                                 MmaConfig<6, 32, 8, 2, 64, 2, true>>;
-using Candidates96 = ConfigList<MmaConfig<6, 96, 4, 2, 32, 2, false>,   //
+using Candidates96 = fa::ConfigList<MmaConfig<6, 96, 4, 2, 32, 2, false>,   //
                                 MmaConfig<6, 96, 4, 2, 32, 3, false>,   //
                                 MmaConfig<6, 96, 4, 1, 64, 2, true>,    //
                                 MmaConfig<6, 96, 4, 2, 64, 2, false>>;
-using Candidates256 = ConfigList<MmaConfig<6, 256, 4, 1, 32, 2, false>,  //
+using Candidates256 = fa::ConfigList<MmaConfig<6, 256, 4, 1, 32, 2, false>,  //
                                  MmaConfig<6, 256, 4, 1, 32, 3, false>,  //
                                  MmaConfig<6, 256, 4, 1, 64, 2, false>,  //
                                  MmaConfig<6, 256, 8, 1, 32, 2, false>>;
 
-/// Variant 6's candidates for head dim D (`List`) and the one it uses by default (`kDefault`, an
-/// index in List): the fastest without spills in `./chapter7 --sweep` (the measurements, and the
-/// runs they come from, are in the README: step 6 for D = 64 and 128, "Head dimensions" for the
-/// others).
-template <class Candidates, int Default>
-struct Tuning {
-    using List = Candidates;
-    static constexpr int kDefault = Default;
-};
+/// Variant 6's candidates for head dim D and the one it uses by default: the fastest without
+/// spills in `./chapter7 --sweep` (the measurements, and the runs they come from, are in the
+/// README: step 6 for D = 64 and 128, "Head dimensions" for the others).
 template <int D>
 struct TunedTiles;
-template <> struct TunedTiles<32> : Tuning<Candidates32, 2> {};
-template <> struct TunedTiles<64> : Tuning<Candidates64, 2> {};
-template <> struct TunedTiles<96> : Tuning<Candidates96, 0> {};
-template <> struct TunedTiles<128> : Tuning<Candidates128, 0> {};
-template <> struct TunedTiles<256> : Tuning<Candidates256, 0> {};
+template <> struct TunedTiles<32> : fa::Tuning<Candidates32, 2> {};
+template <> struct TunedTiles<64> : fa::Tuning<Candidates64, 2> {};
+template <> struct TunedTiles<96> : fa::Tuning<Candidates96, 0> {};
+template <> struct TunedTiles<128> : fa::Tuning<Candidates128, 0> {};
+template <> struct TunedTiles<256> : fa::Tuning<Candidates256, 0> {};
 
 }  // namespace ch7

@@ -3,13 +3,13 @@
 /// for the GPU launcher (launch.cu) and the CPU emulator (emulator/emulated_kernels.cpp).
 #pragma once
 
-#include "../../07_tensor_cores/kernel/candidates.h"
+#include "../../../common/dispatch.h"
 #include "bwd_config.h"
 
 namespace ch8 {
 
 /// A dK/dV kernel configuration with the separate dQ kernel that goes with it (--dq split);
-/// lists of them are chapter 7's ConfigList.
+/// lists of them are fa::ConfigList (common/dispatch.h).
 template <class Bwd, class Dq>
 struct KernelPair {
     using BwdCfg = Bwd;
@@ -21,7 +21,7 @@ struct KernelPair {
 template <int Step, int D>
 using LadderPair = KernelPair<BwdConfig<Step, D, 4, 64, (Step >= 3 ? 2 : 1), false>, DqConfig<Step, D, 4, 64>>;
 template <int D>
-using Ladder = ch7::ConfigList<LadderPair<1, D>, LadderPair<2, D>, LadderPair<3, D>, LadderPair<4, D>>;
+using Ladder = fa::ConfigList<LadderPair<1, D>, LadderPair<2, D>, LadderPair<3, D>, LadderPair<4, D>>;
 
 /// Step 5's candidates t0, t1, ... (the program's --tiles names; step 6's are f0, f1, ...), in list
 /// order, BwdConfig<5, D, warps, B_r, stages, K/V in registers, pass width, dQ atomic width,
@@ -36,7 +36,7 @@ using Tuned = KernelPair<Bwd, DqConfig<5, Bwd::D, DqWarps, 64>>;
 /// of two m-tiles (DqM = 2): each K_j fragment read for dQ_i serves 32 query rows instead of 16
 /// (README, "Shared-memory reads per tile"). t7 at D = 64 gains nothing from it (its dQ_i warp tiles
 /// would go from 16 × 32 to 32 × 16: the same bytes), so it has no such twin.
-using Candidates64 = ch7::ConfigList<Tuned<BwdConfig<5, 64, 4, 64, 2, false, 64>, 4>,
+using Candidates64 = fa::ConfigList<Tuned<BwdConfig<5, 64, 4, 64, 2, false, 64>, 4>,
                                       Tuned<BwdConfig<5, 64, 8, 64, 2, false, 64>, 8>,
                                       Tuned<BwdConfig<5, 64, 8, 64, 2, true, 64>, 8>,
                                       Tuned<BwdConfig<5, 64, 8, 128, 2, false, 64>, 8>,
@@ -47,7 +47,7 @@ using Candidates64 = ch7::ConfigList<Tuned<BwdConfig<5, 64, 4, 64, 2, false, 64>
                                       Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32, 2>, 8>,
                                       Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32, 4>, 8>,
                                       Tuned<BwdConfig<5, 64, 8, 128, 2, true, 32, 4, 2>, 8>>;
-using Candidates128 = ch7::ConfigList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 32>, 4>,
+using Candidates128 = fa::ConfigList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 32>, 4>,
                                         Tuned<BwdConfig<5, 128, 8, 64, 2, false, 32>, 8>,
                                         Tuned<BwdConfig<5, 128, 8, 64, 2, false, 64>, 8>,
                                         Tuned<BwdConfig<5, 128, 8, 128, 2, false, 32>, 8>,
@@ -71,7 +71,7 @@ using Candidates128 = ch7::ConfigList<Tuned<BwdConfig<5, 128, 4, 64, 2, false, 3
 /// of line 12 (backward_fa2.cuh) they need no shuffle and no register moves, which float4's do.
 template <class Bwd>
 using Fa2Pair = KernelPair<Bwd, DqConfig<5, Bwd::D, 8, 64>>;
-using Fa2Candidates64 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4>>,
+using Fa2Candidates64 = fa::ConfigList<Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4>>,
                                         Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 16, 4>>,
                                         Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4, 32>>,
                                         Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 4, 16, true>>,
@@ -79,7 +79,7 @@ using Fa2Candidates64 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128,
                                         Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 16, 2>>,
                                         Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 2, 32>>,
                                         Fa2Pair<Fa2LayoutConfig<64, 8, 128, 128, 2, true, 32, 2, 32, true>>>;
-using Fa2Candidates128 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4>>,
+using Fa2Candidates128 = fa::ConfigList<Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4>>,
                                          Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 16, 4>>,
                                          Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4, 32>>,
                                          Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 4, 16, true>>,
@@ -88,13 +88,18 @@ using Fa2Candidates128 = ch7::ConfigList<Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64
                                          Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 2, 32>>,
                                          Fa2Pair<Fa2LayoutConfig<128, 8, 128, 64, 2, false, 32, 2, 32, true>>>;
 
-/// Step 5's default candidate per head dim: the fastest in the sweep (./chapter8 --sweep; README,
-/// step 5), t9: B_c = B_r = 128 with float4 dQ atomics at both head dims.
-constexpr int kTunedCandidate64 = 9;
-constexpr int kTunedCandidate128 = 9;
-/// Step 6's default candidate per head dim (README, step 6): the fastest in the H200 sweeps, f6
-/// (FA2's 32 × 32 tile of S, float2 dQ atomics) at D = 128 and f5 (f1 with float2 atomics) at D = 64.
-constexpr int kFa2Candidate64 = 5;
-constexpr int kFa2Candidate128 = 6;
+/// Step 5's candidates per head dim and its default: the fastest in the sweep (./chapter8 --sweep;
+/// README, step 5), t9: B_c = B_r = 128 with float4 dQ atomics at both head dims.
+template <int D>
+struct Step5Tiles;
+template <> struct Step5Tiles<64> : fa::Tuning<Candidates64, 9> {};
+template <> struct Step5Tiles<128> : fa::Tuning<Candidates128, 9> {};
+/// Step 6's candidates per head dim and its default (README, step 6): the fastest in the H200
+/// sweeps, f6 (FA2's 32 × 32 tile of S, float2 dQ atomics) at D = 128 and f5 (f1 with float2
+/// atomics) at D = 64.
+template <int D>
+struct Step6Tiles;
+template <> struct Step6Tiles<64> : fa::Tuning<Fa2Candidates64, 5> {};
+template <> struct Step6Tiles<128> : fa::Tuning<Fa2Candidates128, 6> {};
 
 }  // namespace ch8

@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
+#include "../../../common/dispatch.h"
 #include "../../../common/host_device.h"
 #include "hopper_layout.h"
-#include "../../07_tensor_cores/kernel/candidates.h"
 
 namespace ch9 {
 
@@ -183,12 +183,12 @@ constexpr int kSmemOptIn = 227 * 1024;
 
 /// Whether every configuration of a list fits kSmemOptIn.
 template <class... Cfgs>
-constexpr bool fits_smem(ch7::ConfigList<Cfgs...>) {
+constexpr bool fits_smem(fa::ConfigList<Cfgs...>) {
     return ((Cfgs::kSmemBytes <= kSmemOptIn) && ...);
 }
 
 /// Step 6's tile candidates (./chapter9 --sweep times them all, --tiles C runs one), listed with
-/// chapter 7's ConfigList and Tuning. B_c = 128 is fixed (the width of the S wgmma); they differ in
+/// fa::Tuning (common/dispatch.h). B_c = 128 is fixed (the width of the S wgmma); they differ in
 ///   - the depth of the K/V ring. A stage holds K_j and V_j, 32 KB at D = 64 and 64 KB at D = 128,
 ///     beside Q (B_r × D × 2 bytes): with B_r = 128, D = 128 fits 2 and 3 stages (4 would need
 ///     288 KB of tiles);
@@ -211,14 +211,14 @@ template <int D>
 struct Step6Tiles;
 template <>
 struct Step6Tiles<64>
-    : ch7::Tuning<ch7::ConfigList<HopperConfig<6, 64, 3>, HopperConfig<6, 64, 2>,                          //
+    : fa::Tuning<fa::ConfigList<HopperConfig<6, 64, 3>, HopperConfig<6, 64, 2>,                          //
                                   HopperConfig<6, 64, 3, 2, false>, HopperConfig<6, 64, 2, 2, false>,      //
                                   HopperConfig<6, 64, 3, 3, false>, HopperConfig<6, 64, 2, 3, false>,      //
                                   HopperConfig<6, 64, 3, 3, true>, HopperConfig<6, 64, 4, 3, true>,        //
                                   HopperConfig<6, 64, 4, 3, true, true>>,
                   7> {};
 template <>
-struct Step6Tiles<128> : ch7::Tuning<ch7::ConfigList<HopperConfig<6, 128, 3>, HopperConfig<6, 128, 2>,     //
+struct Step6Tiles<128> : fa::Tuning<fa::ConfigList<HopperConfig<6, 128, 3>, HopperConfig<6, 128, 2>,     //
                                                      HopperConfig<6, 128, 3, 2, false>,                 //
                                                      HopperConfig<6, 128, 2, 2, false>,                 //
                                                      HopperConfig<6, 128, 3, 2, true, true>>,

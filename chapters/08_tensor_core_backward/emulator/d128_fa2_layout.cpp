@@ -1,0 +1,6 @@
+// Chapter 8: the kernels of step 6's candidates at head dim 128 on the CPU emulator (emulated_build.h,
+// kernel_instances.h).
+#include "emulated_build.h"
+#include "../kernel_instances.h"
+
+CH8_INSTANTIATE(128, fa2_layout)
