@@ -7,6 +7,9 @@
 
 SHELL := /bin/bash
 comma := ,
+# Every core by default, so that a plain `make test` or `make chapter5` compiles side by side;
+# a -j on the command line (make -j1 ...) takes precedence.
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
 

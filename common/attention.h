@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "cli.h"
+#include "exit_codes.h"
+#include "host_memory.h"
 #include "npy.h"
 #include "parallel.h"
 #include "random.h"
@@ -59,13 +61,12 @@ inline void require_finite(const std::string& path, const std::vector<float>& v)
                                      "; attention inputs must be finite");
 }
 
-/// Reads q.npy, k.npy, v.npy from `dir`: three float32 arrays of one shape (B, H, N, D), each
-/// dimension within the range the command line allows for it (`cli`'s --batch --heads --seq
-/// --dim), every entry finite.
-inline AttnProblem load_problem_npy(const Cli& cli, const std::string& dir, bool causal, double scale) {
-    std::vector<std::size_t> sq, sk, sv;
-    AttnProblem p;
-    p.Q = read_npy_f32(dir + "/q.npy", &sq);
+/// The shape of the inputs in `dir`, from the headers of q.npy, k.npy and v.npy alone (nothing
+/// is allocated for their data): one shape (B, H, N, D) for the three, each dimension within the
+/// range the command line allows for it (`cli`'s --batch --heads --seq --dim), element type float32
+/// or float16, no bytes missing or left over. Throws "PATH: why" otherwise.
+inline AttnShape npy_problem_shape(const Cli& cli, const std::string& dir, bool causal, double scale) {
+    const std::vector<std::size_t> sq = read_npy_header(dir + "/q.npy").shape;
     if (sq.size() != 4)
         throw std::runtime_error(dir + "/q.npy: shape " + npy_shape_text(sq) +
                                  " is not 4-D (batch, heads, seq, head_dim)");
@@ -76,40 +77,82 @@ inline AttnProblem load_problem_npy(const Cli& cli, const std::string& dir, bool
             throw std::runtime_error(dir + "/q.npy: shape " + npy_shape_text(sq) + ": " + (flags[i] + 2) +
                                      " " + std::to_string(sq[i]) + " " + why);
     }
-    p.K = read_npy_f32(dir + "/k.npy", &sk);
-    p.V = read_npy_f32(dir + "/v.npy", &sv);
-    if (sk != sq || sv != sq)
-        throw std::runtime_error(dir + ": q, k, v shapes differ: " + npy_shape_text(sq) + ", " +
-                                 npy_shape_text(sk) + ", " + npy_shape_text(sv));
+    for (const char* name : {"/q.npy", "/k.npy", "/v.npy"}) {
+        const NpyHeader h = read_npy_header(dir + name);
+        if (h.descr != "<f4" && h.descr != "<f2")
+            throw std::runtime_error(dir + name + ": element type is '" + h.descr +
+                                     "', expected float32 '<f4' or float16 '<f2'");
+        if (h.shape != sq)
+            throw std::runtime_error(dir + ": q, k, v shapes differ: q.npy " + npy_shape_text(sq) + ", " +
+                                     (name + 1) + " " + npy_shape_text(h.shape));
+    }
+    return make_shape(int(sq[0]), int(sq[1]), int(sq[2]), int(sq[3]), causal, scale);
+}
+
+/// Reads q.npy, k.npy, v.npy from `dir` (float32 or float16; npy_problem_shape says what their
+/// shapes must be), every entry finite. Throws "PATH: why" otherwise.
+inline AttnProblem load_problem_npy(const Cli& cli, const std::string& dir, bool causal, double scale) {
+    AttnProblem p;
+    p.shape = npy_problem_shape(cli, dir, causal, scale);
+    p.Q = read_npy_floats(dir + "/q.npy", nullptr);
+    p.K = read_npy_floats(dir + "/k.npy", nullptr);
+    p.V = read_npy_floats(dir + "/v.npy", nullptr);
     require_finite(dir + "/q.npy", p.Q);
     require_finite(dir + "/k.npy", p.K);
     require_finite(dir + "/v.npy", p.V);
-    p.shape = make_shape(int(sq[0]), int(sq[1]), int(sq[2]), int(sq[3]), causal, scale);
     return p;
 }
 
-/// Inputs as the command line asks: loaded with --load-npy (the files give the shape; a --batch,
-/// --heads, --seq or --dim that disagrees with them is an error), otherwise generated from --seed.
-/// Prints the problem and exits with a message on any error.
-inline AttnProblem problem_from_args(const Cli& cli, AttentionArgs& a, const RunArgs& r) {
-    if (r.load_npy.empty()) return make_problem(shape_from_args(a), r.seed);
+/// What a program holds in host memory at most: `arrays` float arrays of B·H·N·D elements (Q, K, V
+/// and what it keeps beside them, named by `what`: "Q, K, V, O and its check").
+struct HostArrays {
+    double arrays;
+    const char* what;
+};
+
+/// Host bytes of `host` for shape s, with a float per row (L) for each array and 64 MiB for the
+/// program itself.
+inline double host_bytes(const AttnShape& s, HostArrays host) {
+    return host.arrays * (double(s.elements()) + double(s.rows())) * sizeof(float) + 64.0 * (1 << 20);
+}
+
+/// The problem's shape as the command line asks: with --load-npy, from the files' headers alone
+/// (npy_problem_shape; it sets --batch --heads --seq --dim, and one of them given that disagrees
+/// with the files is an error), otherwise from those options. Reads no data, so that a program
+/// can refuse a shape it does not support before it reads or draws any input. Any error is one
+/// line and exit status kExitBadInput.
+inline AttnShape problem_shape(const Cli& cli, AttentionArgs& a, const RunArgs& r) {
+    if (r.load_npy.empty()) return shape_from_args(a);
+    AttnShape s;
+    try {
+        s = npy_problem_shape(cli, r.load_npy, a.causal, a.scale);
+    } catch (const std::exception& e) {
+        cli.fail(e.what());
+    }
+    const struct { const char* flag; int* arg; int file; } dims[] = {
+        {"--batch", &a.batch, s.B}, {"--heads", &a.heads, s.H}, {"--seq", &a.seq, s.N}, {"--dim", &a.dim, s.D}};
+    for (const auto& d : dims) {
+        if (cli.given(d.flag) && *d.arg != d.file)
+            cli.fail(std::string(d.flag) + " " + std::to_string(*d.arg) + " disagrees with the inputs in " +
+                     r.load_npy + " (" + s.str() + ")");
+        *d.arg = d.file;
+    }
+    return s;
+}
+
+/// The inputs as the command line asks: loaded with --load-npy, otherwise generated from --seed,
+/// of the shape problem_shape gives. Before reading or drawing any, checks that the run fits in
+/// this machine's memory (`host`). Prints where the inputs came from; any error is one line and
+/// exit status kExitBadInput, before the program looks for a GPU.
+inline AttnProblem problem_from_args(const Cli& cli, AttentionArgs& a, const RunArgs& r, HostArrays host) {
+    const AttnShape s = problem_shape(cli, a, r);
+    require_host_memory(cli.program(), host_bytes(s, host), s.str() + " (" + host.what + ")");
+    if (r.load_npy.empty()) return make_problem(s, r.seed);
     AttnProblem p;
     try {
         p = load_problem_npy(cli, r.load_npy, a.causal, a.scale);
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
-        std::exit(EXIT_FAILURE);
-    }
-    const AttnShape& s = p.shape;
-    const struct { const char* flag; int* arg; int file; } dims[] = {
-        {"--batch", &a.batch, s.B}, {"--heads", &a.heads, s.H}, {"--seq", &a.seq, s.N}, {"--dim", &a.dim, s.D}};
-    for (const auto& d : dims) {
-        if (cli.given(d.flag) && *d.arg != d.file) {
-            std::fprintf(stderr, "error: %s %d disagrees with the loaded inputs (%s)\n", d.flag,
-                         *d.arg, s.str().c_str());
-            std::exit(EXIT_FAILURE);
-        }
-        *d.arg = d.file;
+        cli.fail(e.what());
     }
     std::printf("inputs loaded from %s: %s\n", r.load_npy.c_str(), s.str().c_str());
     return p;
@@ -129,7 +172,7 @@ inline void save_forward_npy(const std::string& dir, const AttnProblem& p, const
         write_npy(dir + "/l.npy", L.data(), t3);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
-        std::exit(EXIT_FAILURE);
+        std::exit(kExitFailed);
     }
     std::printf("saved q, k, v, o, l (.npy) to %s\n", dir.c_str());
 }

@@ -2,8 +2,10 @@
 /// @brief Error checks for every CUDA runtime and cuBLAS call, and for every kernel launch.
 ///
 /// Each macro prints the failing call with file:line and the library's error string, then exits
-/// with a non-zero status. A CUDA error leaves the context unusable, so stopping is the only honest
-/// way on; tests see the exit as a failure of the whole test binary.
+/// with a non-zero status: kExitNoGpu when the error says the GPU cannot run the program (no
+/// device or driver, no code compiled for its architecture, its memory full), else kExitFailed. A
+/// CUDA error leaves the context unusable, so stopping is the only honest way on; tests see the
+/// exit as a failure of the whole test binary.
 #pragma once
 
 #include <cstdio>
@@ -12,13 +14,21 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "exit_codes.h"
+
 namespace fa {
 
-/// Prints a CUDA runtime error and exits.
+/// True for the errors that say this GPU (or its absence) cannot run the program at all.
+inline bool is_unsuitable_gpu_error(cudaError_t err) {
+    return err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver || err == cudaErrorNoKernelImageForDevice ||
+           err == cudaErrorUnsupportedPtxVersion || err == cudaErrorMemoryAllocation;
+}
+
+/// Prints a CUDA runtime error and exits (kExitNoGpu or kExitFailed, see above).
 [[noreturn]] inline void fail_cuda(cudaError_t err, const char* call, const char* file, int line) {
     std::fprintf(stderr, "CUDA error at %s:%d: %s (%s)\n  in: %s\n", file, line,
                  cudaGetErrorString(err), cudaGetErrorName(err), call);
-    std::exit(EXIT_FAILURE);
+    std::exit(is_unsuitable_gpu_error(err) ? kExitNoGpu : kExitFailed);
 }
 
 /// Prints a cuBLAS error and exits.
@@ -26,7 +36,7 @@ namespace fa {
                                      int line) {
     std::fprintf(stderr, "cuBLAS error at %s:%d: %s\n  in: %s\n", file, line,
                  cublasGetStatusString(status), call);
-    std::exit(EXIT_FAILURE);
+    std::exit(status == CUBLAS_STATUS_ALLOC_FAILED ? kExitNoGpu : kExitFailed);
 }
 
 }  // namespace fa

@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "check.h"
+#include "exit_codes.h"
 
 namespace fa {
 
@@ -86,22 +87,24 @@ inline void print_device_info(const DeviceInfo& d) {
                 d.l2_bytes / 1048576.0, d.global_bytes / 1e9, device_free_bytes() / 1e9);
 }
 
-/// Exits with a clear message when `bytes` of device memory are needed but fewer are free.
+/// Exits with a clear message and kExitNoGpu when `bytes` of device memory are needed but fewer
+/// are free: this GPU cannot run the request.
 inline void require_free_memory(std::size_t bytes, const char* what) {
     const std::size_t free_b = device_free_bytes();
     if (bytes <= free_b) return;
     std::fprintf(stderr, "%s needs %.2f GB of device memory, but only %.2f GB are free on this GPU.\n",
                  what, bytes / 1e9, free_b / 1e9);
-    std::exit(EXIT_FAILURE);
+    std::exit(kExitNoGpu);
 }
 
-/// Exits with one clear message when no CUDA device is present; otherwise returns (and prints) it.
+/// Exits with one clear message and kExitNoGpu when no CUDA device is present; otherwise returns
+/// (and prints) it. Programs call it after every input is checked, so that bad input is exit
+/// status 2 on any machine.
 inline DeviceInfo require_device(const char* program, bool print = true) {
     if (cuda_device_count() == 0) {
-        std::fprintf(stderr, "%s: no CUDA device found (this program runs its kernels on an NVIDIA GPU).\n"
-                             "The CPU parts of the course are tested by 'make test' without one.\n",
-                     program);
-        std::exit(EXIT_FAILURE);
+        std::fprintf(stderr, "%s: no CUDA device found; this program runs its kernels on an NVIDIA GPU ('make test' "
+                             "checks the CPU parts of the course without one)\n", program);
+        std::exit(kExitNoGpu);
     }
     DeviceInfo d = device_info();
     if (print) print_device_info(d);
@@ -128,7 +131,7 @@ inline std::size_t smem_per_block_optin() {
 
 /// Allows `kernel` to use `bytes` of dynamic shared memory. Above the default 48 KB this raises the
 /// kernel's limit with cudaFuncSetAttribute; above what the device allows at all, it prints what
-/// was asked and what the device has, and exits.
+/// was asked and what the device has, and exits with kExitNoGpu.
 template <class Kernel>
 void allow_dynamic_smem(Kernel kernel, std::size_t bytes, const char* what) {
     const DeviceInfo d = device_info();
@@ -138,7 +141,7 @@ void allow_dynamic_smem(Kernel kernel, std::size_t bytes, const char* what) {
                      "%zu bytes (%.1f KB). Choose smaller tiles.\n",
                      what, bytes, bytes / 1024.0, d.name.c_str(), d.smem_per_block_optin,
                      d.smem_per_block_optin / 1024.0);
-        std::exit(EXIT_FAILURE);
+        std::exit(kExitNoGpu);
     }
     CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
@@ -210,7 +213,7 @@ public:
         if (host.size() != n_) {
             std::fprintf(stderr, "DeviceBuffer::upload: %zu elements into a buffer of %zu\n",
                          host.size(), n_);
-            std::exit(EXIT_FAILURE);
+            std::exit(kExitFailed);
         }
         CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
     }

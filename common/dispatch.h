@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "exit_codes.h"
+
 namespace fa {
 
 /// How a run-time D picks an instantiation.
@@ -43,7 +45,7 @@ decltype(auto) with_head_dim(int D, F&& f, DimMatch how = DimMatch::kExact, cons
     const int Dm = matching_head_dim<Dims...>(D, how);
     if (Dm == 0) {
         std::fprintf(stderr, "%s: head dim %d has no compiled kernel\n", what, D);
-        std::exit(EXIT_FAILURE);
+        std::exit(kExitFailed);
     }
     using R = decltype(f(std::integral_constant<int, first_of<Dims...>()>{}));  // every Dims' f returns R
     if constexpr (std::is_void_v<R>) {

@@ -7,10 +7,12 @@
 /// with the path and what was wrong.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -92,85 +94,136 @@ inline std::vector<std::size_t> parse_npy_shape(const std::string& dims) {
     return shape;
 }
 
-/// Reads an .npy file (C order only). The shape's element count, and the bytes it takes, must fit
-/// in 64 bits and in the file: a header that promises more than the file holds is an error before
-/// any memory is allocated for it.
-inline NpyArray read_npy(const std::string& path) {
+/// Bytes per element of a supported NumPy type string, 0 for any other.
+inline std::size_t npy_element_size(const std::string& descr) {
+    return descr == "<f4" ? 4 : descr == "<f2" ? 2 : descr == "<f8" ? 8 : 0;
+}
+
+/// What an .npy file's header says, checked against the file: its shape, type, and where and how
+/// many bytes of data follow.
+struct NpyHeader {
+    std::vector<std::size_t> shape;
+    std::string descr;            ///< "<f4", "<f2" or "<f8"
+    std::size_t data_offset = 0;  ///< bytes before the data
+    std::size_t data_bytes = 0;   ///< prod(shape) · element size: exactly what follows the header
+};
+
+/// Reads and checks an .npy file's header (C order only; element types '<f4', '<f2', '<f8')
+/// without reading its data. Every length is checked against the file's size before anything is
+/// allocated for it: a header length field, or a shape, that promises more than the file holds is
+/// an error, and so are bytes left over after the array's data. Errors throw std::runtime_error
+/// "PATH: what is wrong".
+inline NpyHeader read_npy_header(const std::string& path) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) throw std::runtime_error("cannot open " + path);
     auto fail = [&](const std::string& why) {
         std::fclose(f);
         return std::runtime_error(path + ": " + why);
     };
-    unsigned char pre[8];
+    long file_size = -1;
+    if (std::fseek(f, 0, SEEK_END) == 0) file_size = std::ftell(f);
+    if (file_size < 0 || std::fseek(f, 0, SEEK_SET) != 0) throw fail("cannot find the file's size");
+    unsigned char pre[12];
     if (std::fread(pre, 1, 8, f) != 8 || pre[0] != 0x93 || std::string((char*)pre + 1, 5) != "NUMPY")
         throw fail("not an .npy file");
+    // version 1.0: a 2-byte header length; 2.0 and 3.0: 4 bytes (little-endian)
+    const std::size_t len_bytes = pre[6] == 1 ? 2 : pre[6] == 2 || pre[6] == 3 ? 4 : 0;
+    if (len_bytes == 0) throw fail("unsupported .npy version " + std::to_string(pre[6]));
+    if (std::fread(pre + 8, 1, len_bytes, f) != len_bytes) throw fail("truncated header");
     std::size_t header_len = 0;
-    if (pre[6] == 1) {
-        unsigned char b[2];
-        if (std::fread(b, 1, 2, f) != 2) throw fail("truncated header");
-        header_len = b[0] | (std::size_t(b[1]) << 8);
-    } else if (pre[6] == 2 || pre[6] == 3) {
-        unsigned char b[4];
-        if (std::fread(b, 1, 4, f) != 4) throw fail("truncated header");
-        header_len = b[0] | (std::size_t(b[1]) << 8) | (std::size_t(b[2]) << 16) |
-                     (std::size_t(b[3]) << 24);
-    } else {
-        throw fail("unsupported .npy version " + std::to_string(pre[6]));
-    }
+    for (std::size_t i = 0; i < len_bytes; ++i) header_len |= std::size_t(pre[8 + i]) << (8 * i);
+    const std::size_t data_offset = 8 + len_bytes + header_len;
+    if (data_offset > std::size_t(file_size))
+        throw fail("truncated header: its length field says " + std::to_string(header_len) + " bytes, the file has " +
+                   std::to_string(file_size) + " bytes in all");
     std::string header(header_len, '\0');
     if (std::fread(&header[0], 1, header_len, f) != header_len) throw fail("truncated header");
+    std::fclose(f);
+    f = nullptr;
+    auto bad = [&](const std::string& why) { return std::runtime_error(path + ": " + why); };
 
-    NpyArray a;
+    NpyHeader h;
+    h.data_offset = data_offset;
     const std::size_t d = header.find("'descr'");
-    const std::size_t q1 = header.find('\'', header.find(':', d) + 1);
-    const std::size_t q2 = header.find('\'', q1 + 1);
-    if (d == std::string::npos || q1 == std::string::npos || q2 == std::string::npos)
-        throw fail("header has no 'descr'");
-    a.descr = header.substr(q1 + 1, q2 - q1 - 1);
+    const std::size_t q1 = d == std::string::npos ? d : header.find('\'', header.find(':', d) + 1);
+    const std::size_t q2 = q1 == std::string::npos ? q1 : header.find('\'', q1 + 1);
+    if (q2 == std::string::npos) throw bad("header has no 'descr'");
+    h.descr = header.substr(q1 + 1, q2 - q1 - 1);
     if (header.find("'fortran_order': True") != std::string::npos)
-        throw fail("Fortran-ordered arrays are not supported (save with numpy.ascontiguousarray)");
+        throw bad("Fortran-ordered arrays are not supported (save with numpy.ascontiguousarray)");
     const std::size_t s0 = header.find('(', header.find("'shape'"));
     const std::size_t s1 = header.find(')', s0);
-    if (s0 == std::string::npos || s1 == std::string::npos) throw fail("header has no 'shape'");
+    if (s0 == std::string::npos || s1 == std::string::npos) throw bad("header has no 'shape'");
     try {
-        a.shape = parse_npy_shape(header.substr(s0 + 1, s1 - s0 - 1));
+        h.shape = parse_npy_shape(header.substr(s0 + 1, s1 - s0 - 1));
     } catch (const std::runtime_error& e) {
-        throw fail(e.what());
+        throw bad(e.what());
     }
-    std::size_t elem = 0;
-    if (a.descr == "<f4") elem = 4;
-    else if (a.descr == "<f2") elem = 2;
-    else if (a.descr == "<f8") elem = 8;
-    else throw fail("unsupported element type '" + a.descr + "' (expected '<f4', '<f2' or '<f8')");
-    std::size_t bytes = elem;
-    for (std::size_t s : a.shape)
-        if (s != 0 && bytes > SIZE_MAX / s)
-            throw fail("shape " + npy_shape_text(a.shape) + " has more bytes than 64 bits can count");
+    const std::size_t elem = npy_element_size(h.descr);
+    if (elem == 0) throw bad("unsupported element type '" + h.descr + "' (expected '<f4', '<f2' or '<f8')");
+    h.data_bytes = elem;
+    for (std::size_t s : h.shape)
+        if (s != 0 && h.data_bytes > SIZE_MAX / s)
+            throw bad("shape " + npy_shape_text(h.shape) + " has more bytes than 64 bits can count");
         else
-            bytes *= s;
-    const long data_start = std::ftell(f);
-    long file_end = -1;
-    if (data_start >= 0 && std::fseek(f, 0, SEEK_END) == 0) file_end = std::ftell(f);
-    if (file_end < 0 || std::fseek(f, data_start, SEEK_SET) != 0) throw fail("cannot find the file's size");
-    if (bytes > std::size_t(file_end - data_start))
-        throw fail("file is shorter than its shape " + npy_shape_text(a.shape) + " says (" +
-                   std::to_string(file_end - data_start) + " bytes of data, " + std::to_string(bytes) +
-                   " needed)");
-    a.bytes.resize(bytes);
-    if (std::fread(a.bytes.data(), 1, a.bytes.size(), f) != a.bytes.size())
-        throw fail("file is shorter than its shape " + npy_shape_text(a.shape) + " says");
-    std::fclose(f);
+            h.data_bytes *= s;
+    const std::size_t there = std::size_t(file_size) - data_offset;
+    if (h.data_bytes > there)
+        throw bad("file is shorter than its shape " + npy_shape_text(h.shape) + " says (" + std::to_string(there) +
+                  " bytes of data, " + std::to_string(h.data_bytes) + " needed)");
+    if (h.data_bytes < there)
+        throw bad(std::to_string(there - h.data_bytes) + " bytes of trailing data after the array of shape " +
+                  npy_shape_text(h.shape) + " (" + std::to_string(h.data_bytes) + " bytes)");
+    return h;
+}
+
+/// Reads an .npy file (read_npy_header says what is checked before the data is read).
+inline NpyArray read_npy(const std::string& path) {
+    const NpyHeader h = read_npy_header(path);
+    NpyArray a;
+    a.shape = h.shape;
+    a.descr = h.descr;
+    a.bytes.resize(h.data_bytes);
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    const bool ok = f != nullptr && std::fseek(f, long(h.data_offset), SEEK_SET) == 0 &&
+                    std::fread(a.bytes.data(), 1, a.bytes.size(), f) == a.bytes.size();
+    if (f != nullptr) std::fclose(f);
+    if (!ok) throw std::runtime_error(path + ": cannot read its " + std::to_string(h.data_bytes) + " bytes of data");
     return a;
 }
 
-/// Reads a float32 array, checking its type; the shape is returned through `shape`.
-inline std::vector<float> read_npy_f32(const std::string& path, std::vector<std::size_t>* shape) {
+/// An IEEE half (binary16) as float: exact, subnormals, infinities and NaN included.
+inline float half_bits_to_float(std::uint16_t h) {
+    const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+    float magnitude;
+    if (exp == 0) {
+        magnitude = std::ldexp(float(mant), -24);  // subnormal: mant · 2^-24
+    } else if (exp == 31) {
+        magnitude = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+    } else {
+        magnitude = std::ldexp(float(mant | 0x400u), int(exp) - 25);  // 1.mant · 2^(exp-15)
+    }
+    std::uint32_t bits;
+    std::memcpy(&bits, &magnitude, 4);
+    bits |= sign;
+    std::memcpy(&magnitude, &bits, 4);
+    return magnitude;
+}
+
+/// Reads a float32 ('<f4') or float16 ('<f2') array as floats (every float16 is a float exactly);
+/// the shape is returned through `shape`. Any other type is an error naming the file.
+inline std::vector<float> read_npy_floats(const std::string& path, std::vector<std::size_t>* shape) {
     NpyArray a = read_npy(path);
-    if (a.descr != "<f4")
-        throw std::runtime_error(path + ": element type is '" + a.descr + "', expected float32 '<f4'");
+    if (a.descr != "<f4" && a.descr != "<f2")
+        throw std::runtime_error(path + ": element type is '" + a.descr +
+                                 "', expected float32 '<f4' or float16 '<f2' (convert with numpy's astype)");
     std::vector<float> v(a.count());
-    if (!v.empty()) std::memcpy(v.data(), a.bytes.data(), a.bytes.size());
+    if (a.descr == "<f4") {
+        if (!v.empty()) std::memcpy(v.data(), a.bytes.data(), a.bytes.size());
+    } else {
+        for (std::size_t i = 0; i < v.size(); ++i)
+            v[i] = half_bits_to_float(std::uint16_t(a.bytes[2 * i] | (a.bytes[2 * i + 1] << 8)));
+    }
     if (shape) *shape = a.shape;
     return v;
 }

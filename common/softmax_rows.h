@@ -19,6 +19,8 @@
 
 #include "attention.h"
 #include "cli.h"
+#include "exit_codes.h"
+#include "host_memory.h"
 #include "npy.h"
 #include "parallel.h"
 #include "random.h"
@@ -53,35 +55,56 @@ inline std::string rows_input_error(const Cli& cli, const std::string& path,
     return "";
 }
 
-/// Reads `dir`/x.npy, a 2-D float32 array, and sets rows and cols from it (rows_input_error says
-/// what it must be). A --rows or --cols given on the command line that disagrees with the file is
-/// an error. Prints what was loaded; exits with a message on any error.
-inline std::vector<float> load_rows_npy(const Cli& cli, const std::string& dir, int& rows, int& cols) {
-    std::vector<std::size_t> shape;
+/// The softmax input as the command line asks: `dir`/x.npy with --load-npy (a 2-D float32 or
+/// float16 array; rows_input_error says what it must be; it sets rows and cols, and a --rows or
+/// --cols given that disagrees with it is an error), otherwise rows × cols entries scale·N(0.5, 1)
+/// from --seed. Before reading or drawing any, checks from the shape alone (x.npy's header) that
+/// `host_arrays` float arrays of rows × cols (named by `what`) fit in this machine's memory. Prints
+/// where the input came from; any error is one line and exit status kExitBadInput.
+inline std::vector<float> rows_from_args(const Cli& cli, const RunArgs& r, int& rows, int& cols, double scale,
+                                         double host_arrays, const char* what) {
+    const std::string path = r.load_npy + "/x.npy";
+    if (!r.load_npy.empty()) {
+        std::vector<std::size_t> shape;
+        try {
+            const NpyHeader h = read_npy_header(path);
+            shape = h.shape;
+            std::string why = rows_input_error(cli, path, shape, {});
+            if (why.empty() && h.descr != "<f4" && h.descr != "<f2")
+                why = path + ": element type is '" + h.descr + "', expected float32 '<f4' or float16 '<f2'";
+            if (!why.empty()) cli.fail(why);
+        } catch (const std::exception& e) {
+            cli.fail(e.what());
+        }
+        const struct { const char* flag; int value, file; } dims[] = {{"--rows", rows, int(shape[0])},
+                                                                      {"--cols", cols, int(shape[1])}};
+        for (const auto& d : dims)
+            if (cli.given(d.flag) && d.value != d.file)
+                cli.fail(std::string(d.flag) + " " + std::to_string(d.value) + " disagrees with " + path +
+                         " of shape " + npy_shape_text(shape));
+        rows = int(shape[0]);
+        cols = int(shape[1]);
+    }
+    char shape_text[64];
+    std::snprintf(shape_text, sizeof shape_text, "%d rows x %d cols (", rows, cols);
+    require_host_memory(cli.program(), host_arrays * double(rows) * double(cols) * sizeof(float) + 64.0 * (1 << 20),
+                        shape_text + std::string(what) + ")");
+    if (r.load_npy.empty()) {
+        std::printf("input: %d rows x %d cols, entries %g·N(0.5, 1), seed %llu\n", rows, cols, scale,
+                    (unsigned long long)r.seed);
+        return random_rows(std::size_t(rows), std::size_t(cols), r.seed, scale);
+    }
     std::vector<float> x;
     std::string error;
     try {
-        x = read_npy_f32(dir + "/x.npy", &shape);
-        error = rows_input_error(cli, dir + "/x.npy", shape, x);
+        std::vector<std::size_t> shape;
+        x = read_npy_floats(path, &shape);
+        error = rows_input_error(cli, path, shape, x);
     } catch (const std::exception& e) {
         error = e.what();
     }
-    if (!error.empty()) {
-        std::fprintf(stderr, "error: %s\n", error.c_str());
-        std::exit(EXIT_FAILURE);
-    }
-    const int file_rows = int(shape[0]), file_cols = int(shape[1]);
-    const struct { const char* flag; int value, file; } dims[] = {{"--rows", rows, file_rows},
-                                                                  {"--cols", cols, file_cols}};
-    for (const auto& d : dims)
-        if (cli.given(d.flag) && d.value != d.file) {
-            std::fprintf(stderr, "error: %s %d disagrees with %s/x.npy of shape %s\n", d.flag, d.value,
-                         dir.c_str(), npy_shape_text(shape).c_str());
-            std::exit(EXIT_FAILURE);
-        }
-    rows = file_rows;
-    cols = file_cols;
-    std::printf("input loaded from %s/x.npy: %d rows x %d cols\n", dir.c_str(), rows, cols);
+    if (!error.empty()) cli.fail(error);
+    std::printf("input loaded from %s: %d rows x %d cols\n", path.c_str(), rows, cols);
     return x;
 }
 
@@ -95,7 +118,7 @@ inline void save_rows_npy(const std::string& dir, const char* name, const float*
         write_npy(path, data, shape);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
-        std::exit(EXIT_FAILURE);
+        std::exit(kExitFailed);
     }
     std::printf("saved %s\n", path.c_str());
 }

@@ -3,7 +3,8 @@
 // [cpu]: the split plan (every key in exactly one split, every split's first key seen by every new
 // token), the paged addressing through a shuffled block table (per key and per tile), the CPU
 // mirror of split/merge against the float64 reference (mixed lengths up to 100000, splits from 1
-// to more than the chunks, pages shuffled), the split heuristic, the bad-input messages, and every kernel variant
+// to more than the chunks, pages shuffled), the split heuristic, the bad-input messages, the
+// program's runs (--ladder, --sweep) and their checks, its host-memory bound, and every kernel variant
 // on the CPU emulator (tags [v1]..[v5]) with the append step, groups of 1 to 24 rows (a second 16-row
 // block whose first row is not token 0).
 // [gpu]: every variant on the GPU against the 2× rule: lengths 1, 17, 4097 and 100000 in one batch,
@@ -354,6 +355,57 @@ TEST_CASE("bad input: one clear message", "[cpu][chapter10]") {
     table[std::size_t(ok.max_pages()) + 2] = ok.pool_pages();  // sequence 1, page 2 (keys 32..47 < 40)
     CHECK(invalid_table_reason(ok, table, ok.pool_pages()).find("outside the pool") != std::string::npos);
     CHECK(unsupported_reason(kPaged, make_decode_shape(1, 8, 2, 1, 64, 100, {100})).find("paged") != std::string::npos);
+}
+
+TEST_CASE("program runs: --ladder's and --sweep's runs, each checked before any device", "[cpu][chapter10]") {
+    const DecodeShape s = make_decode_shape(2, 8, 2, 1, 128, 4097, {4097, 17});
+    const std::vector<ProgramRun> ladder = ladder_runs(64, {16, 0, 256}, 2);
+    REQUIRE(ladder.size() == 7);
+    CHECK(std::tie(ladder[3].variant, ladder[3].page_size, ladder[3].candidate) == std::make_tuple(int(kTuned), 0, 2));
+    CHECK(std::tie(ladder[4].variant, ladder[4].page_size, ladder[4].candidate) == std::make_tuple(int(kPaged), 64, -1));
+    CHECK(std::tie(ladder[6].variant, ladder[6].page_size) == std::make_tuple(int(kTuned), 256));
+    CHECK(runs_error(s, ladder).empty());
+    // a page size that is not a power of two, in either list; a candidate past the last; kernel 4 contiguous
+    CHECK_THAT(runs_error(s, ladder_runs(17, {16}, -1)), Catch::Contains("page size 17"));
+    CHECK_THAT(runs_error(s, ladder_runs(64, {16, 48}, -1)), Catch::Contains("page size 48"));
+    const int candidates = int(tuning_candidates().size());
+    CHECK_THAT(runs_error(s, ladder_runs(64, {0}, candidates)),
+               Catch::Contains("tile candidate " + std::to_string(candidates)));
+    CHECK_THAT(runs_error(s, {{kPaged, 0, -1, 0}}), Catch::Contains("paged"));
+    CHECK_THAT(runs_error(make_decode_shape(1, 8, 2, 1, 96, 100, {100}), {{kTuned, 0, -1, 0}}), Catch::Contains("head dim"));
+    // the sweep: every candidate with the heuristic's plan, then split counts while each gives a plan of its own
+    const std::vector<ProgramRun> sweep = sweep_runs(s);
+    std::map<int, std::vector<int>> splits_by_candidate;
+    for (const ProgramRun& r : sweep) {
+        CHECK(std::tie(r.variant, r.page_size) == std::make_tuple(int(kTuned), 0));
+        splits_by_candidate[r.candidate].push_back(r.splits);
+    }
+    CHECK(int(splits_by_candidate.size()) == candidates);
+    for (const auto& [c, splits] : splits_by_candidate) {
+        INFO("candidate " << c);
+        CHECK(splits.front() == 0);
+        for (std::size_t i = 1; i < splits.size(); ++i) {
+            CHECK(splits[i] == 1 << (i - 1));
+            CHECK(plan_with_splits(s, splits[i], block_keys(kTuned, c)).splits == splits[i]);
+        }
+        const int next = 1 << (splits.size() - 1);
+        CHECK((next > 256 || plan_with_splits(s, next, block_keys(kTuned, c)).splits != next));
+    }
+    CHECK(runs_error(s, sweep).empty());
+}
+
+TEST_CASE("host_bytes bounds what the program's host arrays take", "[cpu][chapter10]") {
+    for (int page_size : {0, 16, 256}) {
+        INFO("page size " << page_size);
+        const DecodeShape s = make_decode_shape(2, 8, 2, 3, 64, 1000, {1000, 300});
+        const DecodeProblem p = make_problem<__half>(s, 7);
+        const StoredCache c = stored_cache(p, page_size, 8);
+        // the problem's cache, the stored cache's four copies, and one read back (16 bits, then floats)
+        const double floats = double(p.K.size() + p.V.size() + c.K.size() + c.V.size() + c.K_before.size() +
+                                     c.V_before.size()) + 1.5 * double(c.K.size());
+        CHECK(floats * sizeof(float) <= host_bytes(s) - 64.0 * (1 << 20));
+        CHECK(floats * sizeof(float) >= 0.5 * (host_bytes(s) - 64.0 * (1 << 20)));  // and not far above
+    }
 }
 
 TEST_CASE("kernel 1 on the CPU emulator (chapter 7's grid)", "[cpu][chapter10][v1]") { emulated_cases<__nv_bfloat16>(kFa2Grid); }

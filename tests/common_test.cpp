@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -22,6 +25,8 @@
 #include "../common/attention.h"
 #include "../common/cli.h"
 #include "../common/dispatch.h"
+#include "../common/exit_codes.h"
+#include "../common/host_memory.h"
 #include "../common/math.h"
 #include "../common/npy.h"
 #include "../common/random.h"
@@ -107,7 +112,7 @@ TEST_CASE("npy: float32 round trip keeps shape and values", "[cpu][common]") {
     const std::vector<float> x = random_uniform(2 * 3 * 5 * 7, 1, -3, 3);
     write_npy(path, x.data(), shape);
     std::vector<std::size_t> shape_back;
-    const std::vector<float> y = read_npy_f32(path, &shape_back);
+    const std::vector<float> y = read_npy_floats(path, &shape_back);
     CHECK(shape_back == shape);
     CHECK(y == x);
     std::remove(path.c_str());
@@ -115,9 +120,9 @@ TEST_CASE("npy: float32 round trip keeps shape and values", "[cpu][common]") {
 
 TEST_CASE("npy: wrong type, wrong magic and short files are clear errors", "[cpu][common]") {
     const std::string path = (std::filesystem::temp_directory_path() / "fa_bad.npy").string();
-    const std::vector<std::uint16_t> h = {1, 2, 3};
-    write_npy(path, h.data(), "<f2", 2, {3});
-    CHECK_THROWS_WITH(read_npy_f32(path, nullptr), Catch::Contains("expected float32"));
+    const std::vector<double> d = {1, 2, 3};
+    write_npy(path, d.data(), "<f8", 8, {3});
+    CHECK_THROWS_WITH(read_npy_floats(path, nullptr), Catch::Contains("expected float32 '<f4' or float16 '<f2'"));
     std::FILE* f = std::fopen(path.c_str(), "wb");
     std::fputs("not numpy", f);
     std::fclose(f);
@@ -141,6 +146,7 @@ std::string parse_error(std::vector<const char*> args) {
     Cli cli("prog", "test");
     add_attention_options(cli, a);
     add_run_options(cli, r);
+    add_npy_options(cli, r);
     args.insert(args.begin(), "prog");
     return cli.try_parse(int(args.size()), args.data());
 }
@@ -170,7 +176,7 @@ TEST_CASE("cli: bad arguments are rejected with a clear message", "[cpu][common]
     CHECK_THAT(parse_error({"--batch", "-2"}), Catch::Contains("must be in [1, "));
     CHECK_THAT(parse_error({"--dim", "sixty"}), Catch::Contains("not a whole number"));
     CHECK_THAT(parse_error({"--dim", "64x"}), Catch::Contains("not a whole number"));
-    CHECK_THAT(parse_error({"--seq", "99999999999999999999"}), Catch::Contains("not a whole number"));
+    CHECK_THAT(parse_error({"--seq", "99999999999999999999"}), Catch::Contains("must be in [1, "));
     CHECK_THAT(parse_error({"--heads", "100000"}), Catch::Contains("must be in"));
     CHECK_THAT(parse_error({"--scale", "nan"}), Catch::Contains("not a number"));
     CHECK_THAT(parse_error({"--causal=1"}), Catch::Contains("takes no value"));
@@ -643,4 +649,326 @@ TEST_CASE("reporter guard: a failed check is printed, whatever the test's name a
         for (const char* text : {"after 200 spaces", "empty lines above and below", "step 29", "tabs:", "token :="})
             CHECK_THAT(run.out, Catch::Contains(text));
     }
+}
+
+// ==== inputs: every input checked before the GPU check (cli.h, npy.h, host_memory.h, exit_codes.h)
+// Strict numbers and lists, conflicting options, .npy headers checked against the file, fp16 .npy,
+// runs too large for host memory, and the exit status each of these ends a program with.
+
+namespace {
+
+// How a child process ended and what it wrote (stdout and stderr together).
+struct Ended {
+    int code = -1;  // exit status; -1 when a signal ended it (an abort)
+    std::string out;
+};
+
+// Runs fn() in a child process (fork, no exec): the functions under test end the program with
+// std::exit, which the test itself must survive. 100 means fn returned, 101 that it threw.
+template <class Fn>
+Ended run_in_child(Fn fn) {
+    Ended e;
+    int fds[2];
+    if (pipe(fds) != 0) return e;
+    std::cout.flush();
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        try {  // an exception must not reach this test binary's runner in the child
+            fn();
+        } catch (...) {
+            std::fflush(nullptr);
+            _exit(101);
+        }
+        std::fflush(nullptr);
+        _exit(100);
+    }
+    close(fds[1]);
+    char buf[4096];
+    for (ssize_t got; (got = read(fds[0], buf, sizeof buf)) != 0;) {
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) break;
+        e.out.append(buf, std::size_t(got));
+    }
+    close(fds[0]);
+    int status = 0;
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (pid > 0 && WIFEXITED(status)) e.code = WEXITSTATUS(status);
+    return e;
+}
+
+// The error of parsing `args` with a Cli that has `setup`'s options.
+template <class Setup>
+std::string cli_error(Setup setup, std::vector<const char*> args) {
+    Cli cli("prog", "test");
+    setup(cli);
+    args.insert(args.begin(), "prog");
+    return cli.try_parse(int(args.size()), args.data());
+}
+
+// An .npy file of version 2.0 (4-byte header length) with this exact content after the preamble.
+void write_v2_npy(const std::string& path, std::uint32_t header_len, const std::string& rest) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    const unsigned char pre[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, (unsigned char)(header_len & 0xFF),
+                                   (unsigned char)((header_len >> 8) & 0xFF), (unsigned char)((header_len >> 16) & 0xFF),
+                                   (unsigned char)(header_len >> 24)};
+    std::fwrite(pre, 1, 12, f);
+    std::fwrite(rest.data(), 1, rest.size(), f);
+    std::fclose(f);
+}
+
+// Bytes of address space this process has mapped now (VmSize), 0 when unknown.
+double mapped_bytes() {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+        if (line.rfind("VmSize:", 0) == 0) return std::atof(line.c_str() + 7) * 1024;
+    return 0;
+}
+
+// Runs fn with the address space limited to what is mapped now plus `extra` bytes (soft limit,
+// restored after): an allocation larger than that throws std::bad_alloc instead of succeeding.
+template <class Fn>
+void with_address_space_limit(double extra, Fn fn) {
+    rlimit old{};
+    REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
+    const double now = mapped_bytes();
+    REQUIRE(now > 0);
+    rlimit lower = old;
+    lower.rlim_cur = rlim_t(now + extra);
+    REQUIRE(setrlimit(RLIMIT_AS, &lower) == 0);
+    try {
+        fn();
+    } catch (...) {
+        setrlimit(RLIMIT_AS, &old);
+        throw;
+    }
+    REQUIRE(setrlimit(RLIMIT_AS, &old) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("inputs: a whole number is digits and a sign only, in range", "[cpu][common][inputs]") {
+    long long v = 0;
+    CHECK(parse_whole_number("12", 1, 100, &v) == "");
+    CHECK(v == 12);
+    CHECK(parse_whole_number("-1", -1, 4, &v) == "");
+    CHECK(v == -1);
+    for (const char* bad : {"12abc", "abc", " 12", "12 ", "+", "-", "1.5", "0x10", "1e3"})
+        CHECK_THAT(parse_whole_number(bad, 0, 1000, &v), Catch::Equals("not a whole number"));
+    CHECK(parse_whole_number("", 0, 1000, &v) == "empty");
+    CHECK(parse_whole_number("4294967297", 1, 1 << 24, &v) == "must be in [1, 16777216]");
+    CHECK(parse_whole_number("99999999999999999999", 1, 1 << 24, &v) == "must be in [1, 16777216]");
+    CHECK(v == -1);  // untouched by every refusal
+}
+
+TEST_CASE("inputs: an integer list is parsed strictly, entry by entry", "[cpu][common][inputs]") {
+    std::vector<int> l;
+    CHECK(parse_int_list("1,17,4097,100000", 1, 1 << 24, &l) == "");
+    CHECK(l == std::vector<int>{1, 17, 4097, 100000});
+    CHECK(parse_int_list("64", 0, 256, &l) == "");
+    CHECK(l == std::vector<int>{64});
+    CHECK(parse_int_list("12abc", 1, 1 << 24, &l) == "entry 1 ('12abc'): not a whole number");
+    CHECK(parse_int_list("4294967297", 1, 1 << 24, &l) == "entry 1 ('4294967297'): must be in [1, 16777216]");
+    CHECK(parse_int_list("abc", 1, 1 << 24, &l) == "entry 1 ('abc'): not a whole number");
+    CHECK(parse_int_list("100,,200", 1, 1 << 24, &l) == "entry 2 (''): empty");
+    CHECK(parse_int_list("100,200,", 1, 1 << 24, &l) == "entry 3 (''): empty");
+    CHECK(parse_int_list("", 1, 1 << 24, &l) == "entry 1 (''): empty");
+    CHECK(parse_int_list("16,0", 1, 256, &l) == "entry 2 ('0'): must be in [1, 256]");
+    CHECK(l == std::vector<int>{64});  // untouched by every refusal
+}
+
+TEST_CASE("inputs: list and choice options, conflicts and rules refuse the command line", "[cpu][common][inputs]") {
+    std::vector<int> lens;
+    std::string dtype = "bf16";
+    bool random = false, ladder = false;
+    auto setup = [&](Cli& cli) {
+        lens.clear(), dtype = "bf16", random = ladder = false;
+        cli.option("--cache-lens", &lens, "lengths", 1, 1 << 24);
+        cli.option("--dtype", &dtype, "type", {"fp16", "bf16"});
+        cli.flag("--random-lens", &random, "draw them");
+        cli.flag("--ladder", &ladder, "all");
+        cli.conflict("--cache-lens", "--random-lens", "--cache-lens gives every length");
+        cli.rule([&] { return ladder && dtype == "fp16" ? std::string("no fp16 ladder here") : std::string(); });
+    };
+    CHECK(cli_error(setup, {"--cache-lens", "1,17", "--dtype=fp16"}) == "");
+    CHECK(lens == std::vector<int>{1, 17});
+    CHECK(dtype == "fp16");
+    CHECK_THAT(cli_error(setup, {"--cache-lens", "12abc"}),
+               Catch::Equals("bad value '12abc' for --cache-lens: entry 1 ('12abc'): not a whole number"));
+    CHECK_THAT(cli_error(setup, {"--cache-lens", "100,,200"}), Catch::Contains("entry 2 (''): empty"));
+    CHECK_THAT(cli_error(setup, {"--cache-lens", "4294967297"}), Catch::Contains("must be in [1, 16777216]"));
+    CHECK_THAT(cli_error(setup, {"--dtype", "fp32"}), Catch::Equals("bad value 'fp32' for --dtype: must be fp16 or bf16"));
+    CHECK_THAT(cli_error(setup, {"--random-lens", "--cache-lens", "5"}),
+               Catch::Equals("--cache-lens and --random-lens cannot be combined: --cache-lens gives every length"));
+    CHECK(cli_error(setup, {"--random-lens"}) == "");
+    CHECK(cli_error(setup, {"--ladder"}) == "");
+    CHECK(cli_error(setup, {"--ladder", "--dtype", "fp16"}) == "no fp16 ladder here");
+}
+
+TEST_CASE("inputs: the common options refuse --repeat or --csv with --no-bench, and paths that cannot be written",
+          "[cpu][common][inputs]") {
+    RunArgs r;
+    auto setup = [&](Cli& cli) {
+        r = RunArgs{};
+        add_run_options(cli, r);
+        add_npy_options(cli, r);
+    };
+    CHECK_THAT(cli_error(setup, {"--no-bench", "--repeat", "3"}), Catch::Contains("cannot be combined: nothing is timed"));
+    CHECK_THAT(cli_error(setup, {"--csv", "x.csv", "--no-bench"}), Catch::Contains("--csv and --no-bench cannot be combined"));
+    const std::string dir = (std::filesystem::temp_directory_path() / "fa_inputs_out").string();
+    std::filesystem::create_directories(dir);
+    CHECK(cli_error(setup, {"--save-npy", dir.c_str(), "--csv", (dir + "/r.csv").c_str()}) == "");
+    CHECK_THAT(cli_error(setup, {"--save-npy", (dir + "/missing").c_str()}), Catch::Contains("no such folder"));
+    CHECK_THAT(cli_error(setup, {"--save-npy", (dir + "/r.csv").c_str()}), Catch::Contains("no such folder"));
+    CHECK_THAT(cli_error(setup, {"--csv", (dir + "/missing/r.csv").c_str()}), Catch::Contains("cannot write this file"));
+    CHECK_THAT(cli_error(setup, {"--csv", dir.c_str()}), Catch::Contains("cannot write this file"));
+}
+
+TEST_CASE("inputs: an .npy header length that promises more than the file holds allocates nothing",
+          "[cpu][common][inputs]") {
+    const std::string path = temp_path("fa_lying_header.npy");
+    write_v2_npy(path, 0xFFFFFFF0u, std::string(18, ' '));  // 30 bytes in all; the field says 4 GiB of header
+    REQUIRE(std::filesystem::file_size(path) == 30);
+    // with 256 MiB of address space to spare, allocating the promised 4 GiB would throw std::bad_alloc
+    with_address_space_limit(256.0 * (1 << 20), [&] {
+        CHECK_THROWS_WITH(read_npy_header(path), Catch::Contains(path) && Catch::Contains("truncated header") &&
+                                                     Catch::Contains("4294967280 bytes") &&
+                                                     Catch::Contains("30 bytes in all"));
+        CHECK_THROWS_WITH(read_npy(path), Catch::Contains("truncated header"));
+    });
+    std::remove(path.c_str());
+}
+
+TEST_CASE("inputs: bytes after the array's data are refused, naming the file", "[cpu][common][inputs]") {
+    const std::string path = temp_path("fa_trailing.npy");
+    const std::vector<float> x(6, 1.5f);
+    write_npy(path, x.data(), {2, 3});
+    CHECK(read_npy_header(path).data_bytes == 24);
+    std::FILE* f = std::fopen(path.c_str(), "ab");
+    std::fputs("junk", f);
+    std::fclose(f);
+    CHECK_THROWS_WITH(read_npy(path), Catch::Contains(path) && Catch::Contains("4 bytes of trailing data") &&
+                                          Catch::Contains("(2, 3)"));
+    std::remove(path.c_str());
+}
+
+TEST_CASE("inputs: float16 .npy files read exactly, other types are refused by name", "[cpu][common][inputs]") {
+    const std::string path = temp_path("fa_half.npy");
+    // 1, -2.5, 65504 (the largest half), 2^-24 (the smallest subnormal), 2^-14 (the smallest normal), -0, +inf
+    const std::vector<std::uint16_t> bits = {0x3C00, 0xC100, 0x7BFF, 0x0001, 0x0400, 0x8000, 0x7C00};
+    write_npy(path, bits.data(), "<f2", 2, {7});
+    std::vector<std::size_t> shape;
+    const std::vector<float> x = read_npy_floats(path, &shape);
+    CHECK(shape == std::vector<std::size_t>{7});
+    const std::vector<float> want = {1.0f, -2.5f, 65504.0f, std::ldexp(1.0f, -24), std::ldexp(1.0f, -14), -0.0f,
+                                     std::numeric_limits<float>::infinity()};
+    CHECK(x == want);
+    CHECK(std::signbit(x[5]));
+    CHECK(std::isnan(half_bits_to_float(0x7E00)));
+    std::remove(path.c_str());
+}
+
+TEST_CASE("inputs: attention inputs load from float16 .npy files", "[cpu][common][inputs]") {
+    const std::string dir = temp_path("fa_half_inputs");
+    std::filesystem::create_directories(dir);
+    const std::vector<std::uint16_t> half(1 * 2 * 3 * 4, 0x3800);  // 0.5
+    for (const char* f : {"/q.npy", "/k.npy", "/v.npy"}) write_npy(dir + f, half.data(), "<f2", 2, {1, 2, 3, 4});
+    AttentionCli c;
+    const AttnProblem p = load_problem_npy(c.cli, dir, false, 0.0);
+    CHECK(p.shape.str() == "B=1 H=2 N=3 D=4 non-causal");
+    CHECK(p.Q == std::vector<float>(24, 0.5f));
+    CHECK(p.V == p.K);
+    const std::vector<double> wide(24, 0.5);
+    write_npy(dir + "/v.npy", wide.data(), "<f8", 8, {1, 2, 3, 4});
+    CHECK_THAT(load_error(dir), Catch::Contains("v.npy: element type is '<f8'"));
+}
+
+TEST_CASE("inputs: a run too large for host memory is one line with both numbers", "[cpu][common][inputs]") {
+    CHECK(host_memory_error(1e9, 2e9, "x") == "");
+    CHECK(host_memory_error(1e12, 16e9, "B=64 H=64 N=65536 D=128 non-causal (Q, K, V)") ==
+          "B=64 H=64 N=65536 D=128 non-causal (Q, K, V) needs 1000.00 GB of host memory; this machine has 16.00 GB "
+          "available");
+    CHECK(host_memory_available() > 64e6);
+    // the shape chapters 5, 7 and 9 once died on with std::bad_alloc: 34 G elements per array
+    const AttnShape giant = make_shape(64, 64, 65536, 128, false);
+    CHECK(host_bytes(giant, {5, "Q, K, V, O and its check"}) > 680e9);
+    CHECK(host_bytes(make_shape(4, 8, 1024, 64, false), {5, "Q, K, V, O and its check"}) < 0.2e9);
+}
+
+TEST_CASE("inputs: problem_from_args refuses a run too large for host memory before allocating, exit status 2",
+          "[cpu][common][inputs]") {
+    const Ended e = run_in_child([] {  // 2^54 elements per array: more than any machine has
+        AttentionCli c;
+        RunArgs r;
+        const char* argv[] = {"test", "--batch", "4096", "--heads", "4096", "--seq", "1048576", "--dim", "1024"};
+        c.cli.parse(9, argv);
+        problem_from_args(c.cli, c.args, r, {5, "Q, K, V, O and its check"});
+    });
+    INFO(e.out);
+    CHECK(e.code == kExitBadInput);
+    CHECK_THAT(e.out, Catch::StartsWith("test: error: B=4096 H=4096 N=1048576 D=1024 non-causal (Q, K, V, O and its "
+                                        "check) needs 360639813.98 GB of host memory; this machine has ") &&
+                          Catch::EndsWith(" GB available\n"));
+}
+
+TEST_CASE("inputs: bad .npy inputs and bad options end the program with exit status 2 and one line",
+          "[cpu][common][inputs]") {
+    const std::string dir = temp_path("fa_trailing_inputs");
+    std::filesystem::create_directories(dir);
+    const std::vector<float> x(24, 0.5f);
+    for (const char* f : {"/q.npy", "/k.npy", "/v.npy"}) write_npy(dir + f, x.data(), {1, 2, 3, 4});
+    std::FILE* f = std::fopen((dir + "/k.npy").c_str(), "ab");
+    std::fputs("xx", f);
+    std::fclose(f);
+    const Ended bad_file = run_in_child([&] {
+        AttentionCli c;
+        RunArgs r;
+        r.load_npy = dir;
+        problem_from_args(c.cli, c.args, r, {5, "Q, K, V, O"});
+    });
+    CHECK(bad_file.code == kExitBadInput);
+    CHECK(bad_file.out == "test: error: " + dir + "/k.npy: 2 bytes of trailing data after the array of shape "
+                                                  "(1, 2, 3, 4) (96 bytes)\n");
+    const Ended bad_list = run_in_child([] {
+        std::vector<int> lens;
+        Cli cli("prog", "test");
+        cli.option("--cache-lens", &lens, "lengths", 1, 1 << 24);
+        const char* argv[] = {"prog", "--cache-lens", "100,,200"};
+        cli.parse(3, argv);
+    });
+    CHECK(bad_list.code == kExitBadInput);
+    CHECK_THAT(bad_list.out, Catch::StartsWith("prog: error: bad value '100,,200' for --cache-lens: entry 2 (''): empty\n"));
+    const Ended help = run_in_child([] {
+        Cli cli("prog", "test");
+        const char* argv[] = {"prog", "--help"};
+        cli.parse(2, argv);
+    });
+    CHECK(help.code == kExitOk);
+}
+
+TEST_CASE("inputs: an exception that reaches main is one line and an exit status, never an abort",
+          "[cpu][common][inputs]") {
+    auto status_of = [](auto thrown) {
+        return run_in_child([&] {
+            try {
+                throw thrown;
+            } catch (...) {
+                std::exit(exit_status_of_exception("prog"));
+            }
+        });
+    };
+    const Ended no_memory = status_of(std::bad_alloc());
+    CHECK(no_memory.code == kExitBadInput);
+    CHECK(no_memory.out == "prog: error: out of host memory (the run is too large for this machine)\n");
+    const Ended write_failed = status_of(std::runtime_error("error writing out/o.npy"));
+    CHECK(write_failed.code == kExitFailed);
+    CHECK(write_failed.out == "prog: error: error writing out/o.npy\n");
+    const Ended other = status_of(42);  // not a std::exception: still one line
+    CHECK(other.code == kExitFailed);
+    CHECK(other.out == "prog: error: unknown exception\n");
 }

@@ -6,6 +6,7 @@
 //    GPU whose compute capability is not 9.0;
 //  - at the end, one machine-readable line "test-summary: passed=P failed=F gpu-not-run=K" that
 //    tests/run_tests.sh adds up over all test binaries;
+//  - FA_TEST_PLAN=1 lists what a run would do instead of doing it (print_plan);
 //  - with Catch2 v2, a console reporter that prints every failure whatever the test's name (see
 //    HeaderSafeConsoleReporter; tests/common_test.cpp's "reporter guard" test proves it).
 // It builds with Catch2 v2 or v3 (tests/catch2_v3/catch2/catch.hpp maps v3 to v2's names).
@@ -13,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -120,6 +122,29 @@ struct HeaderSafeConsoleReporter : Catch::ConsoleReporter {
 };
 #endif
 
+// FA_TEST_PLAN=1: instead of running, prints the test cases the command line selects, one a line,
+// "cpu<TAB>name" or "gpu<TAB>name" (tagged [gpu]), and last "not-run<TAB>K", the selected ones this
+// machine cannot run. tests/run_tests.sh runs the cpu ones side by side, a process each, and the
+// gpu ones one binary at a time.
+template <class Config>
+int print_plan(Config& config, const std::string& unrunnable) {
+    unsigned long long not_run = 0;
+    for (const auto& t : Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config)) {
+        if (!unrunnable.empty() && has_tag(t, unrunnable.c_str())) {
+            ++not_run;
+            continue;
+        }
+#if CATCH_VERSION_MAJOR >= 3
+        const std::string& name = t.getTestCaseInfo().name;
+#else
+        const std::string& name = t.name;
+#endif
+        std::printf("%s\t%s\n", has_tag(t, "gpu") ? "gpu" : "cpu", name.c_str());
+    }
+    std::printf("not-run\t%llu\n", not_run);
+    return 0;
+}
+
 }  // namespace
 
 CATCH_REGISTER_LISTENER(SummaryListener)
@@ -139,6 +164,7 @@ int main(int argc, char* argv[]) {
     }
 #endif
     const std::string tag = unrunnable_tag();
+    if (std::getenv("FA_TEST_PLAN") != nullptr) return print_plan(session.config(), tag);
     if (!tag.empty()) {
         Catch::Config& config = session.config();
         for (const auto& t : Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config))

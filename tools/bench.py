@@ -89,6 +89,9 @@ GPU_CHAPTERS = sorted({r.chapter for r in RUNS})
 # (--load-npy), so the CPU does not draw the same 100 million random numbers once per run.
 INPUT_WRITER = 5
 
+# The programs' exit statuses (common/exit_codes.h, the README's table).
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_GPU = 1, 2, 3
+
 NO_DEVICE = re.compile(r"no CUDA device", re.IGNORECASE)
 OUT_OF_MEMORY = re.compile(r"of device memory|out of memory", re.IGNORECASE)
 
@@ -319,7 +322,7 @@ class Sweep:
             raise NoDevice(output)
         if status != 0:
             self.say("      inputs for D=%d N=%d could not be written (%s); each run makes its own"
-                     % (dim, seq, last_line(output) or "exit %s" % status))
+                     % (dim, seq, error_line(output) or "exit %s" % status))
             return False
         return True
 
@@ -365,6 +368,13 @@ def last_line(output):
     return lines[-1] if lines else ""
 
 
+def error_line(output):
+    """The line a program stopped with: its first "error:" line (a usage text may follow it), else
+    its last line."""
+    errors = [l.strip() for l in output.splitlines() if "error:" in l]
+    return errors[0] if errors else last_line(output)
+
+
 def memory_message(output):
     """The lines of a program's output that say what it needs and what is free."""
     lines = [l.strip() for l in output.splitlines() if OUT_OF_MEMORY.search(l) or " free" in l]
@@ -390,7 +400,8 @@ def read_new_rows(csv_path, before):
 
 def judge(status, output, rows, timeout):
     """(status word, one line) for a finished run. Status words: ok, failed (a check failed),
-    refused (not enough device memory, or a shape the program does not support), error, timeout."""
+    refused (a shape the program does not support, exit status 2, or one this GPU cannot run: its
+    memory, exit status 3), error, timeout."""
     done = ", ".join("%s %s %s TF/s (check %s)" % (r[1], r[2], fmt_rate(r[11]), r[15])
                      for r in rows if len(r) == 16)
     if status is None:
@@ -403,9 +414,11 @@ def judge(status, output, rows, timeout):
         return "error", "exit 0 but no row was written (did the program time its kernel?)"
     if OUT_OF_MEMORY.search(output):
         return "refused", "does not fit: %s" % memory_message(output)
-    if status == 2:
-        return "refused", "not supported: %s" % last_line(output)
-    return "error", "exit %d: %s" % (status, last_line(output))
+    if status == EXIT_BAD_INPUT:
+        return "refused", "not supported: %s" % error_line(output)
+    if status == EXIT_NO_GPU:
+        return "refused", "this GPU cannot run it: %s" % error_line(output)
+    return "error", "exit %d: %s" % (status, error_line(output))
 
 
 def fmt_rate(text):

@@ -33,7 +33,7 @@ for m in "${ms[@]}"; do
     if [ $rc -ne 0 ]; then
         why=$(echo "$log" | grep -m1 "chapter4:" || echo "exit $rc")
         printf "| %s | %s |\n" "$m" "not run: ${why#chapter4: }"
-        [ $rc -eq 1 ] && fail=1  # 1 = a check failed; 2 = refused (M too large for the device)
+        [ $rc -eq 1 ] && fail=1  # 1 = a check failed; 3 = tiles this GPU's shared memory cannot hold
         continue
     fi
     tiles=$(echo "$log" | sed -n 's/^tiles: B_r = \([0-9]*\), B_c = \([0-9]*\).*T_c = \([0-9]*\) key tiles.*/\1 x \2|\3/p')

@@ -99,8 +99,14 @@ def write_inputs(np, folder, b, h, n, d, seed):
     return arrays
 
 
+class CourseNotRun(RuntimeError):
+    """The course program cannot run on this GPU (exit status 3: chapter 9 before compute
+    capability 9.0, or too little free memory)."""
+
+
 def run_course(entry, dim, seq, causal, inputs, outputs, repeat, bin_dir, program_check):
-    """Runs the course program; returns its CSV row (dict). Raises RuntimeError with its output."""
+    """Runs the course program; returns its CSV row (dict). Raises CourseNotRun when this GPU
+    cannot run it, RuntimeError with its output when it fails."""
     csv_path = os.path.join(outputs, "row.csv")
     argv = [os.path.join(bin_dir, "chapter%d" % entry.chapter)] + entry.args
     argv += bench.shape_args(dim, seq, causal) + ["--repeat", str(repeat), "--load-npy", inputs,
@@ -109,6 +115,8 @@ def run_course(entry, dim, seq, causal, inputs, outputs, repeat, bin_dir, progra
         argv.append("--no-check")
     done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, errors="replace", cwd=ROOT)
+    if done.returncode == bench.EXIT_NO_GPU:
+        raise CourseNotRun(bench.error_line(done.stdout))
     if done.returncode != 0:
         raise RuntimeError("$ %s\n%s" % (shlex.join(argv), bench.indent(done.stdout)))
     _, rows = results_csv.read_results(csv_path)
@@ -229,6 +237,11 @@ def compare_shape(torch, np, opts, entries, dim, seq, causal, work):
         try:
             row = run_course(entry, dim, seq, causal, inputs, outputs, opts.repeat, opts.bin_dir,
                              opts.program_check)
+        except CourseNotRun as e:
+            print("  %s: not run on this GPU: %s" % (entry.name(), e))
+            add(shape=shape, dtype=entry.dtype, course=entry.name(), course_tflops=None, backend="-",
+                torch_tflops=None, o_err=None, o_max=None, l_err=None, verdict="not run: this GPU")
+            continue
         except RuntimeError as e:
             print("  %s: the course program failed:\n%s" % (entry.name(), bench.indent(str(e))))
             add(shape=shape, dtype=entry.dtype, course=entry.name(), course_tflops=None, backend="-",

@@ -15,6 +15,7 @@
 
 #include "../../common/attention.h"
 #include "../../common/cli.h"
+#include "../../common/exit_codes.h"
 #include "../../common/softmax_rows.h"
 #include "../../common/timer.h"
 #include "softmax.h"
@@ -59,7 +60,7 @@ bool run_version(const char* label, ch1::Passes passes, Softmax softmax, const s
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
     fa::Cli cli("chapter1", "Row softmax on the CPU: the naive formula overflows, the safe 3-pass one does not.");
     int rows = 4096, cols = 1000;
     double scale = 40.0;
@@ -68,23 +69,16 @@ int main(int argc, char** argv) {
     cli.option("--scale", &scale, "input magnitude: entries are scale·N(0.5, 1)", 0.0, 1e6);
     fa::RunArgs args;
     fa::add_run_options(cli, args);
+    fa::add_npy_options(cli, args);
+    cli.conflict("--load-npy", "--seed", "the input comes from the file");
+    cli.conflict("--load-npy", "--scale", "the input comes from the file");
     cli.parse(argc, argv);
     if (!args.csv.empty())
         std::printf("note: --csv records attention kernels; chapter 1 writes no rows to %s\n", args.csv.c_str());
+    if (args.load_npy.empty() && double(rows) * double(cols) > double(1 << 28))
+        cli.fail("--rows x --cols must be at most 2^28 elements (three arrays of that size are held in host memory)");
 
-    std::vector<float> x;
-    if (!args.load_npy.empty()) {
-        x = fa::load_rows_npy(cli, args.load_npy, rows, cols);
-    } else {
-        if (double(rows) * double(cols) > double(1 << 28)) {
-            std::fprintf(stderr, "chapter1: error: --rows x --cols must be at most 2^28 elements "
-                                 "(three arrays of that size are held in host memory)\n");
-            return 2;
-        }
-        x = fa::random_rows(std::size_t(rows), std::size_t(cols), args.seed, scale);
-        std::printf("input: %d rows x %d cols, entries %g·N(0.5, 1), seed %llu\n", rows, cols, scale,
-                    (unsigned long long)args.seed);
-    }
+    const std::vector<float> x = fa::rows_from_args(cli, args, rows, cols, scale, 3, "x, y naive and y safe");
     float lo = INFINITY, hi = -INFINITY;
     for (float v : x) lo = std::fmin(lo, v), hi = std::fmax(hi, v);
     std::printf("entries in [%g, %g]; in float32, e^x overflows for x > %.2f and underflows to 0 "
@@ -103,7 +97,9 @@ int main(int argc, char** argv) {
         fa::save_rows_npy(args.save_npy, "y", y_safe.data(), rows, cols);
         fa::save_rows_npy(args.save_npy, "y_naive", y_naive.data(), rows, cols);
     }
-    if (args.no_check) return 0;
+    if (args.no_check) return fa::kExitOk;
     std::printf("\nsafe softmax %s the float64 reference\n", safe_ok ? "matches" : "DOES NOT match");
-    return safe_ok ? 0 : 1;
+    return safe_ok ? fa::kExitOk : fa::kExitFailed;
+} catch (...) {
+    return fa::exit_status_of_exception("chapter1");
 }

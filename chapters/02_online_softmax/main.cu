@@ -2,6 +2,8 @@
 //
 //   ./chapter2                      16384 rows x 4096 cols: CPU checks, then kernels 1–3 checked and
 //                                   timed, with their GB/s and % of the device's copy bandwidth
+//   ./chapter2 --cpu-only           the CPU checks alone (no GPU needed; without one, a plain run
+//                                   does them too, then says the kernels did not run and exits 3)
 //   ./chapter2 --cols 8192 --rows 8192 --kernel 3
 //   ./chapter2 --sweep              the same for row lengths 1 … 65536 at a fixed total size
 //   ./chapter2 --save-npy out       writes out/x.npy, out/y.npy, out/lse.npy (online kernel)
@@ -21,6 +23,7 @@
 #include "../../common/check.h"
 #include "../../common/cli.h"
 #include "../../common/device.h"
+#include "../../common/exit_codes.h"
 #include "../../common/gpu_timer.h"
 #include "../../common/random.h"
 #include "../../common/softmax_rows.h"
@@ -32,7 +35,7 @@ namespace {
 struct Args {
     int rows = 16384, cols = 4096, chunks = 8, dim = 64, kernel = 0;
     double scale = 1.0;
-    bool sweep = false;
+    bool sweep = false, cpu_only = false;
     fa::RunArgs run;
 };
 
@@ -240,11 +243,29 @@ bool gpu_sweep(const std::vector<float>& pool, const Args& a, fa::GpuTimer& time
     return ok;
 }
 
-}  // namespace
+// Alg. 1–3 on the CPU (section "CPU, float32"); true when every check passed.
+bool cpu_algorithms(const std::vector<float>& x, const Args& a) {
+    std::printf("\n-- CPU, float32: the algorithms --\n");
+    const std::vector<int> sample = fa::sample_rows(a.rows, 32);
+    const std::vector<float> xs = gather_rows(x, sample, a.cols);
+    const int n = int(sample.size());
+    bool ok = cpu_online(xs, n, a.cols);
+    ok = cpu_merge(xs, a.cols, a.chunks, a.run.seed) && ok;
+    return cpu_weighted_sum(xs, std::min(n, 8), a.cols, a.dim, a.run.seed) && ok;
+}
 
-int main(int argc, char** argv) {
-    fa::Cli cli("chapter2", "Online softmax: CPU algorithms, then GPU kernels checked and timed against the copy bandwidth.");
-    Args a;
+// The kernels on the GPU (section "GPU"); true when every check passed.
+bool gpu_kernels(const std::vector<float>& x, const Args& a) {
+    std::printf("\n-- GPU --\n");
+    fa::print_device_info(fa::device_info());
+    const double matrix_bytes = 4.0 * double(a.rows) * a.cols;
+    fa::require_free_memory(std::size_t(2 * matrix_bytes + (600u << 20)), "chapter2 (x, y, copy and L2-flush buffers)");
+    fa::GpuTimer timer;
+    const double copy_gbps = a.run.no_bench ? 0.0 : copy_bandwidth(timer, a.run.repeat);
+    return a.sweep ? gpu_sweep(x, a, timer, copy_gbps) : gpu_single(x, a.rows, a.cols, a, timer, copy_gbps);
+}
+
+void add_options(fa::Cli& cli, Args& a) {
     cli.option("--rows", &a.rows, "rows of the input matrix", 1, 1 << 24);
     cli.option("--cols", &a.cols, "entries per row (the softmax runs along a row)", 1, 1 << 24);
     cli.option("--scale", &a.scale, "input magnitude: entries are scale·N(0.5, 1)", 0.0, 1e6);
@@ -252,43 +273,50 @@ int main(int argc, char** argv) {
     cli.option("--chunks", &a.chunks, "chunks of the state-merging demonstration", 1, 1 << 20);
     cli.option("--dim", &a.dim, "columns of V in the one-pass softmax(x)·V demonstration", 1, 1024);
     cli.flag("--sweep", &a.sweep, "time every kernel for row lengths 1 … 65536 at about rows x cols entries each");
+    cli.flag("--cpu-only", &a.cpu_only, "run the CPU algorithms only (no GPU needed)");
     fa::add_run_options(cli, a.run);
+    fa::add_npy_options(cli, a.run);
+    cli.conflict("--sweep", "--load-npy", "--sweep makes its own inputs");
+    cli.conflict("--sweep", "--save-npy", "--sweep saves nothing");
+    cli.conflict("--load-npy", "--scale", "the input comes from the file");
+    for (const char* gpu_only : {"--kernel", "--sweep", "--save-npy", "--repeat", "--no-bench", "--csv"})
+        cli.conflict("--cpu-only", gpu_only, "it applies to the GPU kernels");
+    for (const char* cpu_part : {"--chunks", "--dim", "--cpu-only"})
+        cli.conflict("--no-check", cpu_part, "it applies to the CPU checks, which --no-check skips");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+    fa::Cli cli("chapter2", "Online softmax: CPU algorithms, then GPU kernels checked and timed against the copy "
+                            "bandwidth. Without a GPU the CPU algorithms run, then the program says the kernels "
+                            "did not and exits 3.");
+    Args a;
+    add_options(cli, a);
     cli.parse(argc, argv);
     if (!a.run.csv.empty())
         std::printf("note: --csv records attention kernels; chapter 2 writes no rows to %s\n", a.run.csv.c_str());
-    if (a.sweep && !a.run.load_npy.empty()) {
-        std::fprintf(stderr, "chapter2: error: --sweep makes its own inputs; it cannot be combined with --load-npy\n");
-        return 2;
-    }
 
-    fa::require_device("chapter2");
-    std::vector<float> x;
-    if (!a.run.load_npy.empty()) {
-        x = fa::load_rows_npy(cli, a.run.load_npy, a.rows, a.cols);
-    } else {
-        x = fa::random_rows(std::size_t(a.rows), std::size_t(a.cols), a.run.seed, a.scale);
-        std::printf("input: %d rows x %d cols, entries %g·N(0.5, 1), seed %llu\n", a.rows, a.cols,
-                    a.scale, (unsigned long long)a.run.seed);
+    const std::vector<float> x =
+        fa::rows_from_args(cli, a.run, a.rows, a.cols, a.scale, 3, "x, y and a slice of x for the sweep");
+    const bool cpu_ok = a.run.no_check || cpu_algorithms(x, a);
+    if (a.cpu_only) {
+        std::printf("\n%s\n", cpu_ok ? "CPU checks passed" : "SOME CPU CHECKS FAILED");
+        return cpu_ok ? fa::kExitOk : fa::kExitFailed;
     }
-    const double matrix_bytes = 4.0 * double(a.rows) * a.cols;
-    fa::require_free_memory(std::size_t(2 * matrix_bytes + (600u << 20)), "chapter2 (x, y, copy and L2-flush buffers)");
-
-    bool ok = true;
-    if (!a.run.no_check) {
-        std::printf("\n-- CPU, float32: the algorithms --\n");
-        const std::vector<int> sample = fa::sample_rows(a.rows, 32);
-        const std::vector<float> xs = gather_rows(x, sample, a.cols);
-        const int n = int(sample.size());
-        ok = cpu_online(xs, n, a.cols) && ok;
-        ok = cpu_merge(xs, a.cols, a.chunks, a.run.seed) && ok;
-        ok = cpu_weighted_sum(xs, std::min(n, 8), a.cols, a.dim, a.run.seed) && ok;
+    if (fa::cuda_device_count() == 0) {
+        std::printf("\n-- GPU --\n");
+        std::fprintf(stderr, "chapter2: no CUDA device found: the GPU kernels were not run (--cpu-only runs the "
+                             "CPU algorithms alone)\n");
+        std::printf("\n%s; the GPU kernels were not run\n", a.run.no_check ? "nothing checked"
+                                                            : cpu_ok          ? "CPU checks passed"
+                                                                              : "SOME CPU CHECKS FAILED");
+        return cpu_ok ? fa::kExitNoGpu : fa::kExitFailed;
     }
-
-    std::printf("\n-- GPU --\n");
-    fa::GpuTimer timer;
-    const double copy_gbps = a.run.no_bench ? 0.0 : copy_bandwidth(timer, a.run.repeat);
-    ok = (a.sweep ? gpu_sweep(x, a, timer, copy_gbps) : gpu_single(x, a.rows, a.cols, a, timer, copy_gbps)) && ok;
-    if (a.run.no_check) return 0;
+    const bool ok = gpu_kernels(x, a) && cpu_ok;
+    if (a.run.no_check) return fa::kExitOk;
     std::printf("\n%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");
-    return ok ? 0 : 1;
+    return ok ? fa::kExitOk : fa::kExitFailed;
+} catch (...) {
+    return fa::exit_status_of_exception("chapter2");
 }

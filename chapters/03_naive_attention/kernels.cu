@@ -219,7 +219,7 @@ void require_supported(int variant, const fa::AttnShape& s) {
     const std::string why = unsupported_reason(variant, s);
     if (why.empty()) return;
     std::fprintf(stderr, "chapter 3: %s\n", why.c_str());
-    std::exit(2);
+    std::exit(fa::kExitBadInput);
 }
 
 }  // namespace

@@ -4,10 +4,11 @@
 //   ./chapter3 --kernel 1 --causal           the hand-written pipeline with the causal mask
 //   ./chapter3 --bench --seq 4096            + per-stage breakdown against the device's ceilings
 //   ./chapter3 --tf32                        strict fp32 and TF32 GEMMs side by side
-//   ./chapter3 --seq 131072 --batch 1 --heads 1 --dim 128   too big: says what it needs, exits 1
+//   ./chapter3 --seq 131072 --batch 1 --heads 1 --dim 128   too big: says what it needs, exits 3
 //
-// Parse arguments → check the shape and the free memory → make inputs → run, check O and L
-// against the float64 reference and scan S and P → time → (with --bench) time each stage.
+// Parse arguments → check the shape → make inputs → find the device, check its free memory → run,
+// check O and L against the float64 reference and scan S and P → time → (with --bench) time each
+// stage.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -19,6 +20,7 @@
 #include "../../common/check.h"
 #include "../../common/cli.h"
 #include "../../common/device.h"
+#include "../../common/exit_codes.h"
 #include "../../common/gpu_timer.h"
 #include "naive_attention.h"
 
@@ -33,19 +35,14 @@ const char* variant_title(int v) {
                                   : "variant 2 (cuBLAS + fused softmax)";
 }
 
-// Unsupported shape: exit 2. Not enough free device memory: say why and exit 1, before any
-// allocation or output of the problem.
-void require_runnable(const fa::AttnShape& s, int kernel, const fa::DeviceInfo& dev) {
-    const std::string why = ch3::unsupported_reason(kernel, s);
-    if (!why.empty()) {
-        std::fprintf(stderr, "chapter3: %s\n", why.c_str());
-        std::exit(2);
-    }
+// Not enough free device memory for the problem and its N x N buffers: say why and exit
+// kExitNoGpu, before any allocation or output of the problem.
+void require_device_memory(const fa::AttnShape& s, const fa::DeviceInfo& dev) {
     const double free_b = double(fa::device_free_bytes());
     if (ch3::estimate_memory(s, kAllowanceBytes).total() > free_b) {
         std::fprintf(stderr, "chapter3: %s",
                      ch3::memory_shortfall_text(s, kAllowanceBytes, free_b, dev.name).c_str());
-        std::exit(EXIT_FAILURE);
+        std::exit(fa::kExitNoGpu);
     }
 }
 
@@ -126,11 +123,12 @@ bool scan_and_print(int kernel, const fa::AttnShape& s, const float* S, const fl
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
     fa::Cli cli("chapter3", "Chapter 3: naive attention, S = scale·QKᵀ, P = softmax(S), O = PV, "
                             "with S and P in device memory");
     fa::RunArgs run;
     fa::add_run_options(cli, run);
+    fa::add_npy_options(cli, run);
     fa::AttentionArgs attn;
     fa::add_attention_options(cli, attn);
     int kernel = ch3::kFastest;
@@ -138,21 +136,22 @@ int main(int argc, char** argv) {
     cli.option("--kernel", &kernel, "1 = tiled kernels + chapter 2 softmax, 2 = cuBLAS + fused softmax", 1, 2);
     cli.flag("--bench", &bench, "time each stage; compare with the device's copy bandwidth and SGEMM rate");
     cli.flag("--tf32", &tf32, "also run variant 2's GEMMs in TF32, next to strict fp32");
+    cli.conflict("--bench", "--no-bench", "--bench adds timings");
+    cli.conflict("--load-npy", "--seed", "the inputs come from the files");
     cli.parse(argc, argv);
-    if (tf32 && kernel != ch3::kCublas) {
-        std::fprintf(stderr, "chapter3: error: --tf32 changes the cuBLAS GEMMs of variant 2; "
-                             "variant %d has none (use --kernel 2)\n", kernel);
-        return 2;
-    }
+    if (tf32 && kernel != ch3::kCublas)
+        cli.fail("--tf32 changes the cuBLAS GEMMs of variant 2; variant " + std::to_string(kernel) +
+                 " has none (use --kernel 2)");
+    const std::string why = ch3::unsupported_reason(kernel, fa::problem_shape(cli, attn, run));
+    if (!why.empty()) cli.fail(why);
+    const fa::AttnProblem p = fa::problem_from_args(cli, attn, run, {5, "Q, K, V, O and its check"});
+    const fa::AttnShape& s = p.shape;
 
     const fa::DeviceInfo dev = fa::require_device("chapter3");
+    require_device_memory(s, dev);
     cublasHandle_t cublas;
     CUBLAS_CHECK(cublasCreate(&cublas));
     fa::GpuTimer timer;
-    if (run.load_npy.empty()) require_runnable(fa::shape_from_args(attn), kernel, dev);
-    const fa::AttnProblem p = fa::problem_from_args(cli, attn, run);
-    const fa::AttnShape& s = p.shape;
-    if (!run.load_npy.empty()) require_runnable(s, kernel, dev);
     print_memory(s, dev);
     Ceilings ceilings;
     if (bench && !run.no_bench) ceilings = measure_ceilings(cublas, tf32, run.repeat);
@@ -193,5 +192,7 @@ int main(int argc, char** argv) {
     }
     if (bench && !run.no_bench) print_breakdown(kernel, s, d, S.get(), P.get(), cublas, timer, run.repeat, ceilings, tf32);
     CUBLAS_CHECK(cublasDestroy(cublas));
-    return ok ? EXIT_SUCCESS : EXIT_FAILURE;
+    return ok ? fa::kExitOk : fa::kExitFailed;
+} catch (...) {
+    return fa::exit_status_of_exception("chapter3");
 }

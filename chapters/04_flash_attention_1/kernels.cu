@@ -431,7 +431,7 @@ void forward(int variant, const fa::AttnShape& s, const float* Q, const float* K
     const std::string why = launch_problem(variant, s, tiles);
     if (!why.empty()) {
         std::fprintf(stderr, "ch4::forward: %s\n", why.c_str());
-        std::exit(EXIT_FAILURE);
+        std::exit(fa::kExitBadInput);
     }
     const LaunchConfig c = launch_config(variant, s, tiles);
     float* l = scratch;

@@ -20,6 +20,7 @@
 #include "../../common/check.h"
 #include "../../common/cli.h"
 #include "../../common/device.h"
+#include "../../common/exit_codes.h"
 #include "../../common/math.h"
 #include "../03_naive_attention/naive_attention.h"
 #include "flash1.h"
@@ -111,11 +112,12 @@ void compare_with_chapter3(const fa::AttnProblem& p, fa::DeviceAttention<float>&
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
     fa::Cli cli("chapter4", "FlashAttention-1 forward in fp32 (Algorithm 1: outer loop over K/V tiles, "
                             "O, l, m in global memory), checked against the float64 reference and timed.");
     fa::RunArgs run;
     fa::add_run_options(cli, run);
+    fa::add_npy_options(cli, run);
     fa::AttentionArgs attn;
     fa::add_attention_options(cli, attn);
     int kernel = ch4::kWarpRows;
@@ -127,22 +129,18 @@ int main(int argc, char** argv) {
                "variant 1: M of Algorithm 1 line 1 in KB (0 = the device's default shared memory per block)", 0, 1024);
     bool no_compare = false;
     cli.flag("--no-compare", &no_compare, "do not time chapter 3 on the same inputs");
+    cli.conflict("--load-npy", "--seed", "the inputs come from the files");
     cli.parse(argc, argv);
+    const bool tiles_given = cli.given("--br") || cli.given("--bc") || cli.given("--sram-kb");
+    if (kernel == ch4::kWarpRows && tiles_given)
+        cli.fail("--br, --bc and --sram-kb choose variant 1's tiles; variant 2 runs its own (B_r = 16, B_c = 64). "
+                 "Add --kernel 1.");
+    const std::string unsupported = ch4::unsupported_reason(kernel, fa::problem_shape(cli, attn, run).D);
+    if (!unsupported.empty()) cli.fail(unsupported);
+    const fa::AttnProblem p = fa::problem_from_args(cli, attn, run, {5, "Q, K, V, O and its check"});
+    const fa::AttnShape& s = p.shape;
 
     const fa::DeviceInfo dev = fa::require_device("chapter4");
-    const bool tiles_given = cli.given("--br") || cli.given("--bc") || cli.given("--sram-kb");
-    if (kernel == ch4::kWarpRows && tiles_given) {
-        std::fprintf(stderr, "chapter4: --br, --bc and --sram-kb choose variant 1's tiles; variant 2 runs "
-                             "its own (B_r = 16, B_c = 64). Add --kernel 1.\n");
-        return 2;
-    }
-    const fa::AttnProblem p = fa::problem_from_args(cli, attn, run);
-    const fa::AttnShape& s = p.shape;
-    const std::string unsupported = ch4::unsupported_reason(kernel, s.D);
-    if (!unsupported.empty()) {
-        std::fprintf(stderr, "chapter4: %s\n", unsupported.c_str());
-        return 2;
-    }
     std::printf("problem: %s, scale %.5g\n", s.str().c_str(), s.scale);
 
     const std::size_t m_bytes = sram_kb > 0 ? std::size_t(sram_kb) * 1024 : dev.smem_per_block;
@@ -151,9 +149,9 @@ int main(int argc, char** argv) {
     const ch4::Tiles used = ch4::tiles_used(kernel, requested);
     print_tiles(s, m_bytes, sram_kb > 0, paper, kernel, used, br > 0 || bc > 0);
     const std::string cannot = ch4::launch_problem(kernel, s, requested);
-    if (!cannot.empty()) {
+    if (!cannot.empty()) {  // the head dim and B_r are checked above: tiles this GPU cannot hold
         std::fprintf(stderr, "chapter4: %s\n", cannot.c_str());
-        return 2;
+        return fa::kExitNoGpu;
     }
     print_grid(ch4::launch_config(kernel, s, requested), dev);
     const ch4::Traffic traffic = ch4::traffic(s, used);
@@ -181,4 +179,6 @@ int main(int argc, char** argv) {
         if (!no_compare) compare_with_chapter3(p, d, run, timer, out);
     }
     return fa::print_verdict(run, out.passed);
+} catch (...) {
+    return fa::exit_status_of_exception("chapter4");
 }

@@ -578,7 +578,7 @@ void require_supported(int variant, int D) {
     const std::string why = unsupported_reason(variant, D);
     if (!why.empty()) {
         std::fprintf(stderr, "chapter 5: %s\n", why.c_str());
-        std::exit(2);
+        std::exit(fa::kExitBadInput);
     }
 }
 

@@ -15,6 +15,7 @@
 #include "../../common/attention_gpu.h"
 #include "../../common/cli.h"
 #include "../../common/device.h"
+#include "../../common/exit_codes.h"
 #include "../../common/math.h"
 #include "../03_naive_attention/naive_attention.h"
 #include "../04_flash_attention_1/flash1.h"
@@ -84,11 +85,12 @@ void compare_with_earlier_chapters(const fa::AttnShape& s, fa::DeviceAttention<f
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
     fa::Cli cli("chapter5", "FlashAttention-2 forward in fp32: O and the logsumexp L, checked against "
                             "the float64 reference and timed.");
     fa::RunArgs run;
     fa::add_run_options(cli, run);
+    fa::add_npy_options(cli, run);
     fa::AttentionArgs attn;
     fa::add_attention_options(cli, attn);
     int kernel = ch5::kTuned;
@@ -97,17 +99,18 @@ int main(int argc, char** argv) {
     cli.flag("--ladder", &ladder, "also check and time every optimization step leading to kernel 2");
     bool no_compare = false;
     cli.flag("--no-compare", &no_compare, "do not time chapters 3 and 4 on the same inputs");
+    cli.conflict("--load-npy", "--seed", "the inputs come from the files");
     cli.parse(argc, argv);
+    const int D = fa::problem_shape(cli, attn, run).D;
+    for (int k : {kernel, ladder ? int(ch5::kTuned) : kernel}) {  // --ladder also runs kernel 2's steps
+        const std::string why = ch5::unsupported_reason(k, D);
+        if (!why.empty()) cli.fail(why);
+    }
+    const fa::AttnProblem p = fa::problem_from_args(cli, attn, run, {5, "Q, K, V, O and its check"});
+    const fa::AttnShape& s = p.shape;
 
     const fa::DeviceInfo dev = fa::require_device("chapter5");
     const std::size_t baseline = device_used_bytes();
-    const fa::AttnProblem p = fa::problem_from_args(cli, attn, run);
-    const fa::AttnShape& s = p.shape;
-    const std::string why = ch5::unsupported_reason(ladder ? ch5::kTuned : kernel, s.D);
-    if (!why.empty()) {
-        std::fprintf(stderr, "chapter5: %s\n", why.c_str());
-        return 2;
-    }
     const ch5::Tiles t = ch5::tiles(kernel, s.D, dev.smem_per_block_optin);
     std::printf("problem: %s, scale %.5g\n", s.str().c_str(), s.scale);
     std::printf("kernel %d: tiles B_r = %d, B_c = %d; grid T_r x H x B = %d x %d x %d blocks on %d SMs\n",
@@ -146,4 +149,6 @@ int main(int argc, char** argv) {
     std::printf("chapter 3 would also need %.2f GB for the N x N matrices S and P\n",
                 2.0 * double(s.heads_total()) * s.N * double(s.N) * sizeof(float) / 1e9);
     return fa::print_verdict(run, ok);
+} catch (...) {
+    return fa::exit_status_of_exception("chapter5");
 }

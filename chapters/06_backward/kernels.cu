@@ -474,7 +474,7 @@ void require_supported(const fa::AttnShape& s) {
     const std::string why = unsupported_reason(s.D);
     if (!why.empty()) {
         std::fprintf(stderr, "chapter 6: %s\n", why.c_str());
-        std::exit(EXIT_FAILURE);
+        std::exit(fa::kExitBadInput);
     }
 }
 

@@ -22,6 +22,7 @@
 #include "../../common/check.h"
 #include "../../common/cli.h"
 #include "../../common/device.h"
+#include "../../common/exit_codes.h"
 #include "../../common/gpu_timer.h"
 #include "../../common/math.h"
 #include "../../common/npy.h"
@@ -39,26 +40,25 @@ double backward_io_bytes(const fa::AttnShape& s) {
     return 8.0 * double(s.elements()) * sizeof(float) + double(s.rows()) * sizeof(float);
 }
 
-// dO: read from DIR/do.npy with --load-npy when the file is there, else generated from --seed.
-std::vector<float> upstream_gradient(const fa::RunArgs& run, const fa::AttnShape& s) {
+// dO: read from DIR/do.npy with --load-npy when the file is there (float32 or float16, the
+// inputs' shape, every entry finite: else one line and exit status 2), else generated from --seed.
+std::vector<float> upstream_gradient(const fa::Cli& cli, const fa::RunArgs& run, const fa::AttnShape& s) {
     const std::string path = run.load_npy + "/do.npy";
     std::FILE* f = run.load_npy.empty() ? nullptr : std::fopen(path.c_str(), "rb");
     if (f != nullptr) {
         std::fclose(f);
-        std::vector<std::size_t> shape;
-        std::vector<float> dO;
-        try {
-            dO = fa::read_npy_f32(path, &shape);
-        } catch (const std::exception& e) {
-            std::fprintf(stderr, "error: %s\n", e.what());
-            std::exit(EXIT_FAILURE);
-        }
         const std::vector<std::size_t> want = {std::size_t(s.B), std::size_t(s.H), std::size_t(s.N),
                                                std::size_t(s.D)};
-        if (shape != want) {
-            std::fprintf(stderr, "error: %s has shape %s, the inputs have %s\n", path.c_str(),
-                         fa::npy_shape_text(shape).c_str(), fa::npy_shape_text(want).c_str());
-            std::exit(EXIT_FAILURE);
+        std::vector<float> dO;
+        try {
+            const std::vector<std::size_t> shape = fa::read_npy_header(path).shape;
+            if (shape != want)
+                cli.fail(path + " has shape " + fa::npy_shape_text(shape) + ", the inputs have " +
+                         fa::npy_shape_text(want));
+            dO = fa::read_npy_floats(path, nullptr);
+            fa::require_finite(path, dO);
+        } catch (const std::exception& e) {
+            cli.fail(e.what());
         }
         std::printf("dO loaded from %s\n", path.c_str());
         return dO;
@@ -81,7 +81,7 @@ void save_backward_npy(const std::string& dir, const fa::AttnShape& s, const std
         fa::write_npy(dir + "/dv.npy", dV.data(), t4);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
-        std::exit(EXIT_FAILURE);
+        std::exit(fa::kExitFailed);
     }
     std::printf("saved do, dq, dk, dv (.npy) to %s\n", dir.c_str());
 }
@@ -124,37 +124,32 @@ Outcome check(const fa::RunArgs& run, const ch6::SampledBackward& ref, ch6::Devi
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
     fa::Cli cli("chapter6",
                 "FlashAttention-2 backward in fp32: dQ, dK, dV from the forward's O and "
                 "logsumexp, checked against the float64 reference and timed.");
     fa::RunArgs run;
     fa::add_run_options(cli, run);
+    fa::add_npy_options(cli, run);
     fa::AttentionArgs attn;
     fa::add_attention_options(cli, attn);
     std::string dq = "both";
-    cli.option("--dq", &dq, "how dQ is accumulated: atomic, split or both");
+    cli.option("--dq", &dq, "how dQ is accumulated", {"atomic", "split", "both"});
     bool no_naive = false;
     cli.flag("--no-naive", &no_naive, "skip the naive cuBLAS backward (it stores B*H*N*N floats twice)");
     cli.parse(argc, argv);
-    if (dq != "atomic" && dq != "split" && dq != "both") {
-        std::fprintf(stderr, "chapter6: error: bad value '%s' for --dq: must be atomic, split or both\n\n%s",
-                     dq.c_str(), cli.usage().c_str());
-        return 2;
-    }
+
+    const int D = fa::problem_shape(cli, attn, run).D;
+    // chapter 5's tuned forward provides O and L; its readable kernel covers the head dims below 16
+    const int forward_kernel = ch5::unsupported_reason(ch5::kTuned, D).empty() ? ch5::kTuned : ch5::kReadable;
+    for (const std::string& why : {ch6::unsupported_reason(D), ch5::unsupported_reason(forward_kernel, D)})
+        if (!why.empty()) cli.fail(why);
+    const fa::AttnProblem p =
+        fa::problem_from_args(cli, attn, run, {9, "Q, K, V, O, dO, dQ, dK, dV and their checks"});
+    const fa::AttnShape& s = p.shape;
+    const std::vector<float> dO_host = upstream_gradient(cli, run, s);
 
     const fa::DeviceInfo dev = fa::require_device("chapter6");
-    const fa::AttnProblem p = fa::problem_from_args(cli, attn, run);
-    const fa::AttnShape& s = p.shape;
-    // chapter 5's tuned forward provides O and L; its readable kernel covers the head dims below 16
-    const int forward_kernel =
-        ch5::unsupported_reason(ch5::kTuned, s.D).empty() ? ch5::kTuned : ch5::kReadable;
-    for (const std::string& why :
-         {ch6::unsupported_reason(s.D), ch5::unsupported_reason(forward_kernel, s.D)})
-        if (!why.empty()) {
-            std::fprintf(stderr, "chapter6: %s\n", why.c_str());
-            return 2;
-        }
     const ch6::Tiles t = ch6::kernel_tiles();
     std::printf("problem: %s, scale %.5g\n", s.str().c_str(), s.scale);
     std::printf(
@@ -163,7 +158,6 @@ int main(int argc, char** argv) {
         t.Br, t.Bc, ch6::padded_dim(s.D), fa::ceil_div(s.N, t.Bc), s.H, s.B, dev.sm_count,
         ch6::dkdv_smem_bytes(s.D) / 1024.0, ch6::dq_smem_bytes(s.D) / 1024.0);
 
-    const std::vector<float> dO_host = upstream_gradient(run, s);
     fa::require_free_memory(std::size_t(10.0 * s.elements() * sizeof(float)),
                             "chapter 6 (Q, K, V, O, dO, dQ, dK, dV)");
     ch6::DeviceBackward d(p, dO_host);
@@ -289,4 +283,6 @@ int main(int argc, char** argv) {
         CUBLAS_CHECK(cublasDestroy(cublas));
     }
     return fa::print_verdict(run, ok);
+} catch (...) {
+    return fa::exit_status_of_exception("chapter6");
 }

@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) pv_kernel(const float* P, const uint
 void require_unit_shape(int step, int D) {
     if ((step == 2 || step == 3) && (D == 64 || D == 128)) return;
     std::fprintf(stderr, "ch7::blocks: step %d, D = %d not compiled (steps 2, 3; D = 64, 128)\n", step, D);
-    std::exit(2);
+    std::exit(fa::kExitBadInput);
 }
 
 /// Calls f(std::integral_constant<int, Step>, std::integral_constant<int, D>) for runtime values.

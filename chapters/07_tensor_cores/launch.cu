@@ -94,7 +94,7 @@ void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const 
     const std::string why = unsupported_reason(variant, s, candidate);
     if (!why.empty()) {
         std::fprintf(stderr, "ch7::forward: %s\n", why.c_str());
-        std::exit(2);
+        std::exit(fa::kExitBadInput);
     }
     const KernelEntry e = kernel_entry<T>(variant, s.D, candidate);
     fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.smem_bytes), "chapter 7 kernel");

@@ -172,7 +172,7 @@ void require_supported(int variant, const fa::AttnShape& s, int candidate) {
     const std::string why = unsupported_reason(variant, s, candidate);
     if (!why.empty()) {
         std::fprintf(stderr, "ch8::backward: %s\n", why.c_str());
-        std::exit(2);
+        std::exit(fa::kExitBadInput);
     }
 }
 

@@ -22,6 +22,7 @@
 #include "../../common/cli.h"
 #include "../../common/device.h"
 #include "../../common/dtype.h"
+#include "../../common/exit_codes.h"
 #include "../../common/gpu_timer.h"
 #include "../../common/math.h"
 #include "../../common/npy.h"
@@ -64,19 +65,10 @@ double backward_io_bytes(const fa::AttnShape& s, std::size_t elem) {
 }
 
 template <class T>
-int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& ra, const Options& o,
-        const fa::DeviceInfo& dev) {
-    fa::AttnProblem p = fa::problem_from_args(cli, attn, ra);
+int run(fa::AttnProblem& p, const fa::RunArgs& ra, const Options& o, const fa::DeviceInfo& dev) {
     fa::round_inputs_to<T>(p);
     const fa::AttnShape& s = p.shape;
     const std::vector<Job> jobs = jobs_of(o, s.D);
-    for (const Job& j : jobs) {
-        const std::string why = ch8::unsupported_reason(j.variant, s, j.candidate);
-        if (!why.empty()) {
-            std::fprintf(stderr, "chapter8: %s\n", why.c_str());
-            return 2;
-        }
-    }
     std::vector<float> dO = ch6::make_upstream_gradient(s, ra.seed);
     fa::round_to<T>(dO);
     std::printf("problem: %s, scale %.5g, %s (Q, K, V, dO rounded to %s; the float64 reference uses the rounded "
@@ -217,15 +209,16 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& ra, cons
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
     fa::Cli cli("chapter8", "FlashAttention-2 backward on tensor cores (fp16/bf16 in, fp32 math): dQ, dK, dV "
                             "checked against the float64 reference with the 2x rule, and timed.");
     fa::RunArgs ra;
     fa::add_run_options(cli, ra);
+    fa::add_npy_options(cli, ra);
     fa::AttentionArgs attn;
     fa::add_attention_options(cli, attn);
     Options o;
-    cli.option("--dtype", &o.dtype, "element type of Q, K, V, O, dO and the gradients: fp16 or bf16");
+    cli.option("--dtype", &o.dtype, "element type of Q, K, V, O, dO and the gradients", {"fp16", "bf16"});
     cli.option("--kernel", &o.kernel,
                "1 direct port, 2 ldmatrix+swizzle, 3 cp.async, 4 P/dS in registers, 5 tuned, 6 FA2's warp layout "
                "(the default: the fastest)",
@@ -233,47 +226,39 @@ int main(int argc, char** argv) {
     cli.option("--tiles", &o.tiles,
                "a tile candidate of kernel 5 (t0, t1, ...) or 6 (f0, f1, ...), which it also selects; --sweep lists "
                "them; without it kernels 5 and 6 run their default");
-    cli.option("--dq", &o.dq, "how dQ is accumulated: atomic, split or both");
+    cli.option("--dq", &o.dq, "how dQ is accumulated", {"atomic", "split", "both"});
     cli.flag("--ladder", &o.ladder, "run every kernel 1..6 (default tiles) and print a table");
     cli.flag("--sweep", &o.sweep, "run every tile candidate of kernels 5 and 6 and print a table");
     cli.flag("--bench", &o.bench, "also time mma.sync alone, for the % of mma column");
     cli.flag("--fp32", &o.fp32, "also time chapter 6's fp32 backward on the same inputs");
     cli.flag("--train", &o.train, "also time a training step: chapter 7's forward + this backward");
+    for (const char* all : {"--ladder", "--sweep"})
+        for (const char* one : {"--kernel", "--tiles"}) cli.conflict(all, one, "it runs its own list of kernels");
+    for (const char* timed : {"--bench", "--fp32", "--train"}) cli.conflict(timed, "--no-bench", "it adds timings");
     cli.parse(argc, argv);
-    if (o.dtype != "fp16" && o.dtype != "bf16") {
-        std::fprintf(stderr, "chapter8: error: --dtype must be fp16 or bf16 (got '%s')\n", o.dtype.c_str());
-        return 2;
-    }
-    if (o.dq != "atomic" && o.dq != "split" && o.dq != "both") {
-        std::fprintf(stderr, "chapter8: error: --dq must be atomic, split or both (got '%s')\n", o.dq.c_str());
-        return 2;
-    }
     if (!o.tiles.empty()) {
         int variant = 0;
-        if (!ch8::parse_candidate(o.tiles, &variant, &o.candidate)) {
-            std::fprintf(stderr, "chapter8: error: --tiles takes a candidate name, t0, t1, ... (kernel 5) or f0, f1, "
-                                 "... (kernel 6) (got '%s')\n", o.tiles.c_str());
-            return 2;
-        }
-        if (cli.given("--kernel") && o.kernel != variant) {
-            std::fprintf(stderr, "chapter8: error: --tiles %s is a candidate of kernel %d, not of --kernel %d\n",
-                         o.tiles.c_str(), variant, o.kernel);
-            return 2;
-        }
+        if (!ch8::parse_candidate(o.tiles, &variant, &o.candidate))
+            cli.fail("--tiles takes a candidate name, t0, t1, ... (kernel 5) or f0, f1, ... (kernel 6) (got '" +
+                     o.tiles + "')");
+        if (cli.given("--kernel") && o.kernel != variant)
+            cli.fail("--tiles " + o.tiles + " is a candidate of kernel " + std::to_string(variant) +
+                     ", not of --kernel " + std::to_string(o.kernel));
         o.kernel = variant;
     }
-    if (ra.load_npy.empty()) {
-        const std::string bad = ch8::unsupported_reason(o.kernel, fa::shape_from_args(attn), o.candidate);
-        if (!bad.empty()) {
-            std::fprintf(stderr, "chapter8: %s\n", bad.c_str());
-            return 2;
-        }
+    const fa::AttnShape shape = fa::problem_shape(cli, attn, ra);
+    for (const Job& j : jobs_of(o, shape.D)) {  // bad arguments first, before any input or device
+        const std::string why = ch8::unsupported_reason(j.variant, shape, j.candidate);
+        if (!why.empty()) cli.fail(why);
     }
+    fa::AttnProblem p = fa::problem_from_args(cli, attn, ra, {10, "Q, K, V, O, dO, dQ, dK, dV and their checks"});
     const fa::DeviceInfo dev = fa::require_device("chapter8");
     const std::string why = ch7::device_unsupported_reason(dev);
     if (!why.empty()) {
         std::fprintf(stderr, "chapter8: %s\n", why.c_str());
-        return 1;
+        return fa::kExitNoGpu;
     }
-    return o.dtype == "fp16" ? run<__half>(cli, attn, ra, o, dev) : run<__nv_bfloat16>(cli, attn, ra, o, dev);
+    return o.dtype == "fp16" ? run<__half>(p, ra, o, dev) : run<__nv_bfloat16>(p, ra, o, dev);
+} catch (...) {
+    return fa::exit_status_of_exception("chapter8");
 }

@@ -80,7 +80,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
         CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
         if (q != cudaDriverEntryPointSuccess || f == nullptr) {
             std::fprintf(stderr, "chapter 9: the driver has no cuTensorMapEncodeTiled (CUDA 12.0+ driver needed)\n");
-            std::exit(1);
+            std::exit(fa::kExitNoGpu);
         }
         return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
     }();
@@ -102,7 +102,7 @@ CUtensorMap tensor_map(const T* base, const fa::AttnShape& s, int box_rows) {
     if (r != CUDA_SUCCESS) {
         std::fprintf(stderr, "chapter 9: cuTensorMapEncodeTiled failed (CUresult %d) for %s\n", int(r),
                      s.str().c_str());
-        std::exit(1);
+        std::exit(fa::kExitFailed);
     }
     return map;
 }
@@ -195,7 +195,7 @@ void forward(int variant, const fa::AttnShape& s, const T* Q, const T* K, const 
     const std::string why = unsupported_reason(variant, s, candidate);
     if (!why.empty()) {
         std::fprintf(stderr, "ch9::forward: %s\n", why.c_str());
-        std::exit(2);
+        std::exit(fa::kExitBadInput);
     }
     const KernelEntry e = kernel_entry<T>(variant, s.D, candidate);
     fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.tiles.smem_bytes), "chapter 9 kernel");

@@ -21,6 +21,7 @@
 #include "../../common/cli.h"
 #include "../../common/device.h"
 #include "../../common/dtype.h"
+#include "../../common/exit_codes.h"
 #include "../../common/gpu_timer.h"
 #include "../../common/math.h"
 #include "../07_tensor_cores/report.h"
@@ -56,20 +57,10 @@ std::vector<Job> jobs_of(const Options& o, int D) {
 }
 
 template <class T>
-int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args, const Options& o,
-        const fa::DeviceInfo& dev) {
-    fa::AttnProblem p = fa::problem_from_args(cli, attn, run_args);
+int run(fa::AttnProblem& p, const fa::RunArgs& run_args, const Options& o, const fa::DeviceInfo& dev) {
     fa::round_inputs_to<T>(p);
     const fa::AttnShape& s = p.shape;
     const std::vector<Job> jobs = jobs_of(o, s.D);
-    for (const Job& j : jobs) {
-        const std::string why = j.chapter == 9 ? ch9::unsupported_reason(j.variant, s, j.candidate)
-                                               : ch7::unsupported_reason(j.variant, s);
-        if (!why.empty()) {
-            std::fprintf(stderr, "chapter9: %s\n", why.c_str());
-            return 2;
-        }
-    }
     std::printf("problem: %s, scale %.5g, %s (inputs rounded to %s; the float64 reference uses the rounded "
                 "values)\n",
                 s.str().c_str(), s.scale, o.dtype.c_str(), o.dtype.c_str());
@@ -132,15 +123,16 @@ int run(const fa::Cli& cli, fa::AttentionArgs& attn, const fa::RunArgs& run_args
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
     fa::Cli cli("chapter9", "FlashAttention forward on Hopper (wgmma, TMA, warp specialization; fp16/bf16 in, "
                             "fp32 math): O and L checked against the float64 reference with the 2x rule, and timed.");
     fa::RunArgs run_args;
     fa::add_run_options(cli, run_args);
+    fa::add_npy_options(cli, run_args);
     fa::AttentionArgs attn;
     fa::add_attention_options(cli, attn);
     Options o;
-    cli.option("--dtype", &o.dtype, "element type of Q, K, V, O: fp16 or bf16");
+    cli.option("--dtype", &o.dtype, "element type of Q, K, V, O", {"fp16", "bf16"});
     cli.option("--kernel", &o.kernel,
                "1 wgmma, 2 TMA ring, 3 warp-specialized, 4 pingpong, 5 intra-warpgroup overlap, 6 tuned (TMA store)",
                ch9::kFirstVariant, ch9::kLastVariant);
@@ -149,24 +141,25 @@ int main(int argc, char** argv) {
     cli.flag("--sweep", &o.sweep, "run every tile candidate of kernel 6 and print a table");
     cli.flag("--bench", &o.bench,
              "also time a cuBLAS GEMM (8192^3) and wgmma alone, for the % of GEMM and % of wgmma columns");
+    for (const char* all : {"--ladder", "--sweep"})
+        for (const char* one : {"--kernel", "--tiles"}) cli.conflict(all, one, "it runs its own list of kernels");
+    cli.conflict("--bench", "--no-bench", "--bench adds timings");
+    cli.conflict("--load-npy", "--seed", "the inputs come from the files");
     cli.parse(argc, argv);
-    if (o.dtype != "fp16" && o.dtype != "bf16") {
-        std::fprintf(stderr, "chapter9: error: --dtype must be fp16 or bf16 (got '%s')\n", o.dtype.c_str());
-        return 2;
+    const fa::AttnShape shape = fa::problem_shape(cli, attn, run_args);
+    for (const Job& j : jobs_of(o, shape.D)) {  // bad arguments first, before any input or device
+        const std::string why = j.chapter == 9 ? ch9::unsupported_reason(j.variant, shape, j.candidate)
+                                               : ch7::unsupported_reason(j.variant, shape);
+        if (!why.empty()) cli.fail(why);
     }
-    if (run_args.load_npy.empty()) {  // bad arguments first, before looking for a device
-        const std::string bad = ch9::unsupported_reason(o.kernel, fa::shape_from_args(attn), o.tiles);
-        if (!bad.empty()) {
-            std::fprintf(stderr, "chapter9: %s\n", bad.c_str());
-            return 2;
-        }
-    }
+    fa::AttnProblem p = fa::problem_from_args(cli, attn, run_args, {5, "Q, K, V, O and its check"});
     const fa::DeviceInfo dev = fa::require_device("chapter9");
     const std::string why = ch9::device_unsupported_reason(dev);
     if (!why.empty()) {
         std::fprintf(stderr, "chapter9: %s\n", why.c_str());
-        return 1;
+        return fa::kExitNoGpu;
     }
-    return o.dtype == "fp16" ? run<__half>(cli, attn, run_args, o, dev)
-                             : run<__nv_bfloat16>(cli, attn, run_args, o, dev);
+    return o.dtype == "fp16" ? run<__half>(p, run_args, o, dev) : run<__nv_bfloat16>(p, run_args, o, dev);
+} catch (...) {
+    return fa::exit_status_of_exception("chapter9");
 }

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
-#include <tuple>
 
 #include "../../common/math.h"
 #include "decoding.h"
@@ -174,33 +173,25 @@ int groups_per_split(int variant, const DecodeShape& s) {
 }
 
 namespace {
-template <class Tuple, std::size_t... I>
-std::vector<std::string> names_of(std::index_sequence<I...>) {
-    std::vector<std::string> out;
-    ((out.push_back(std::to_string(std::tuple_element_t<I, Tuple>::kWarps) + " warps (B_c = " +
-                    std::to_string(std::tuple_element_t<I, Tuple>::Bc) + "), " +
-                    std::to_string(std::tuple_element_t<I, Tuple>::kStages) + " stages" +
-                    (std::tuple_element_t<I, Tuple>::kEarlyPrefetch ? ", L2 prefetch before lens[b]" : ""))),
-     ...);
-    return out;
-}
-template <class Tuple, std::size_t... I>
-int bc_of(int c, std::index_sequence<I...>) {
-    int bc = 0;
-    ((c == int(I) ? bc = std::tuple_element_t<I, Tuple>::Bc : 0), ...);
-    return bc;
-}
+/// Step 5's candidates as the program names them (their tiles are the same at every D, paged or not).
+using Step5List = TunedTiles<128, false>::List;
 }  // namespace
 
 std::vector<std::string> tuning_candidates() {
-    return names_of<TunedCandidates<128, false>>(std::make_index_sequence<kTunedCandidateCount>{});
+    std::vector<std::string> out;
+    fa::for_each_config(Step5List{}, [&](auto cfg) {
+        using C = decltype(cfg);
+        out.push_back(std::to_string(C::kWarps) + " warps (B_c = " + std::to_string(C::Bc) + "), " +
+                      std::to_string(C::kStages) + " stages" + (C::kEarlyPrefetch ? ", L2 prefetch before lens[b]" : ""));
+    });
+    return out;
 }
-int tuned_candidate() { return kTunedCandidate; }
+int tuned_candidate() { return TunedTiles<128, false>::kDefault; }
 
 int block_keys(int variant, int candidate) {
     if (variant != kTuned) return LadderConfig<128, false>::Bc;
-    return bc_of<TunedCandidates<128, false>>(candidate < 0 ? kTunedCandidate : candidate,
-                                             std::make_index_sequence<kTunedCandidateCount>{});
+    const std::vector<int> bc = fa::entries_of<int>(Step5List{}, [](auto cfg) { return decltype(cfg)::Bc; });
+    return bc[std::size_t(candidate < 0 ? tuned_candidate() : candidate)];
 }
 
 std::string unsupported_reason(int variant, const DecodeShape& s, int candidate) {
@@ -218,6 +209,37 @@ std::string unsupported_reason(int variant, const DecodeShape& s, int candidate)
     if (variant == kPaged && !s.paged()) return "kernel 4 reads a paged cache (--page-size P)";
     if (variant < kPaged && s.paged()) return "kernels 1-3 read a contiguous cache";
     return invalid_reason(s);
+}
+
+std::vector<ProgramRun> sweep_runs(const DecodeShape& s) {
+    std::vector<ProgramRun> runs;
+    for (int c = 0; c < kTunedCandidateCount; ++c) {
+        runs.push_back({kTuned, 0, c, 0});
+        for (int n = 1; n <= 256; n *= 2) {
+            if (n > 1 && plan_with_splits(s, n, block_keys(kTuned, c)).splits != n) break;  // no more plans of their own
+            runs.push_back({kTuned, 0, c, n});
+        }
+    }
+    return runs;
+}
+
+std::vector<ProgramRun> ladder_runs(int page_size, const std::vector<int>& page_sizes, int candidate) {
+    std::vector<ProgramRun> runs;
+    for (int v : {kFa2Grid, kSplitKv, kGqa, kTuned}) runs.push_back({v, 0, v == kTuned ? candidate : -1, 0});
+    runs.push_back({kPaged, page_size, -1, 0});
+    for (int P : page_sizes)
+        if (P > 0) runs.push_back({kTuned, P, candidate, 0});
+    return runs;
+}
+
+std::string runs_error(const DecodeShape& s, const std::vector<ProgramRun>& runs) {
+    for (const ProgramRun& r : runs) {
+        DecodeShape stored = s;
+        stored.page_size = r.page_size;
+        const std::string why = unsupported_reason(r.variant, stored, r.candidate);
+        if (!why.empty()) return why;
+    }
+    return "";
 }
 
 std::size_t partial_rows(const DecodeShape& s, const SplitPlan& plan) {

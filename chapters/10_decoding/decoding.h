@@ -107,6 +107,22 @@ int block_keys(int variant, int candidate = -1);
 /// Empty when `variant` can run shape s (variant 4 needs a paged cache, 1–3 a contiguous one).
 std::string unsupported_reason(int variant, const DecodeShape& s, int candidate = -1);
 
+/// One run of the program: `variant` on the cache stored with `page_size` tokens a page (0:
+/// contiguous), tile candidate `candidate` (−1: the default); with `splits` > 0 about that many
+/// splits (plan_with_splits), else the variant's own plan.
+struct ProgramRun {
+    int variant, page_size, candidate, splits;
+};
+/// --sweep: variant 5's candidates on the contiguous cache, each with the heuristic's plan, then
+/// at 1, 2, 4, … 256 splits, as long as each count gives a plan of its own.
+std::vector<ProgramRun> sweep_runs(const DecodeShape& s);
+/// --ladder: variants 1, 2, 3 and 5 (with `candidate`) on the contiguous cache, 4 on pages of
+/// `page_size` tokens, then 5 on pages of each of `page_sizes` (0: none).
+std::vector<ProgramRun> ladder_runs(int page_size, const std::vector<int>& page_sizes, int candidate);
+/// Empty when every run can go ahead on shape s; else why the first that cannot does not
+/// (unsupported_reason with the run's page size). Known before any device is looked at.
+std::string runs_error(const DecodeShape& s, const std::vector<ProgramRun>& runs);
+
 /// The arrays of one decoding step (device arrays for decode, host arrays for decode_emulated).
 template <class T>
 struct DecodeArrays {

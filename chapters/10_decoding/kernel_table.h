@@ -5,8 +5,8 @@
 #pragma once
 
 #include <cstdint>
-#include <tuple>
 #include <utility>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -32,25 +32,28 @@ KernelEntry entry_of() {
     return {decode_kernel<T, Cfg>, Cfg::kThreads, Cfg::kSmemBytes, Cfg::Bc};
 }
 
-template <class T, int D, bool Paged, std::size_t... I>
-KernelEntry tuned_entry(int candidate, std::index_sequence<I...>) {
-    KernelEntry e{};
-    ((candidate == int(I) ? (e = entry_of<T, std::tuple_element_t<I, TunedCandidates<D, Paged>>>(), 0) : 0), ...);
-    return e;
+/// The head dims the kernels are compiled for.
+using HeadDims = fa::HeadDimList<64, 128>;
+
+/// Step 5's candidates at head dim D, contiguous or paged, in the order of TunedTiles' list.
+template <class T, int D, bool Paged>
+const std::vector<KernelEntry>& tuned_entries() {
+    static const std::vector<KernelEntry> entries = fa::entries_of<KernelEntry>(
+        typename TunedTiles<D, Paged>::List{}, [](auto cfg) { return entry_of<T, decltype(cfg)>(); });
+    return entries;
 }
 
 template <class T, int D, bool Paged>
 KernelEntry entry_for(int variant, int candidate) {
     if (variant == kTuned)
-        return tuned_entry<T, D, Paged>(candidate < 0 ? kTunedCandidate : candidate,
-                                        std::make_index_sequence<kTunedCandidateCount>{});
+        return tuned_entries<T, D, Paged>()[std::size_t(candidate < 0 ? TunedTiles<D, Paged>::kDefault : candidate)];
     return entry_of<T, LadderConfig<D, Paged>>();
 }
 
 /// The kernel for (variant, shape, candidate); arguments already checked.
 template <class T>
 KernelEntry kernel_entry(int variant, const DecodeShape& s, int candidate) {
-    return fa::with_head_dim<64, 128>(s.D, [&](auto d) {
+    return HeadDims::with(s.D, [&](auto d) {
         constexpr int D = decltype(d)::value;
         return s.paged() ? entry_for<T, D, true>(variant, candidate) : entry_for<T, D, false>(variant, candidate);
     });
@@ -59,7 +62,7 @@ KernelEntry kernel_entry(int variant, const DecodeShape& s, int candidate) {
 /// The combine kernel for head dim D.
 template <class T>
 auto combine_entry(int D) {
-    return fa::with_head_dim<64, 128>(D, [](auto d) { return combine_kernel<T, decltype(d)::value>; });
+    return HeadDims::with(D, [](auto d) { return combine_kernel<T, decltype(d)::value>; });
 }
 
 /// The kernels' parameters for (device or host) arrays.

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <tuple>
 
 #include "../../common/check.h"
 #include "../../common/device.h"
@@ -17,7 +16,7 @@ namespace {
 void exit_if(const std::string& why, const char* where) {
     if (why.empty()) return;
     std::fprintf(stderr, "%s: %s\n", where, why.c_str());
-    std::exit(2);
+    std::exit(fa::kExitBadInput);
 }
 }  // namespace
 

@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <memory>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,7 +22,9 @@
 #include "../../common/cli.h"
 #include "../../common/device.h"
 #include "../../common/dtype.h"
+#include "../../common/exit_codes.h"
 #include "../../common/gpu_timer.h"
+#include "../../common/host_memory.h"
 #include "../../common/random.h"
 #include "decoding.h"
 #include "problem.h"
@@ -32,7 +33,8 @@ namespace {
 
 /// What to run, from the command line.
 struct Options {
-    std::string dtype = "bf16", cache_lens, page_sizes = "16,64,256";
+    std::string dtype = "bf16";
+    std::vector<int> cache_lens, page_sizes = {16, 64, 256};
     int kernel = ch10::kTuned, tiles = -1, splits = 0, B = 1, H_q = 32, H_kv = 8, q_len = 1, D = 128;
     int seq = 8192, page_size = 64, check_rows = 128;
     double magnitude = 1.0;
@@ -76,19 +78,11 @@ double read_bandwidth(fa::GpuTimer& timer, std::size_t bytes, int repeat, AfterF
     return double(bytes) / (t.median_ms * 1e-3) / 1e9;
 }
 
-std::vector<int> parse_list(const std::string& text) {
-    std::vector<int> out;
-    std::stringstream ss(text);
-    for (std::string item; std::getline(ss, item, ',');)
-        if (!item.empty()) out.push_back(std::atoi(item.c_str()));
-    return out;
-}
-
 /// The cache lengths: --cache-lens (one per sequence, or one for all), drawn in q_len..seq with
 /// --random-lens, else all equal to --seq. N_max is the longest.
 std::vector<int> cache_lengths(const Options& o) {
     if (!o.cache_lens.empty()) {
-        std::vector<int> l = parse_list(o.cache_lens);
+        std::vector<int> l = o.cache_lens;
         if (l.size() == 1) l.assign(std::size_t(o.B), l[0]);
         return l;
     }
@@ -253,80 +247,98 @@ ch10::DecodeShape shape_of(const Options& o) {
     return s;
 }
 
+/// The runs the options ask for, in order (decoding.h: sweep_runs, ladder_runs).
+std::vector<ch10::ProgramRun> runs_of(const Options& o, const ch10::DecodeShape& shape) {
+    if (o.sweep) return ch10::sweep_runs(shape);
+    if (o.ladder) return ch10::ladder_runs(o.page_size, o.page_sizes, o.tiles);
+    return {{o.kernel, o.kernel == ch10::kPaged ? o.page_size : 0, o.tiles, 0}};
+}
+
 template <class T>
-int run_all(const Options& o) {
-    const ch10::DecodeShape shape = shape_of(o);
+int run_all(const Options& o, const ch10::DecodeShape& shape, const std::vector<ch10::ProgramRun>& runs) {
     std::printf("problem: %s, %s, K and V: %.1f MB\n", shape.str().c_str(), fa::dtype_name<T>(),
                 shape.kv_bytes(sizeof(T)) / 1e6);
     const ch10::DecodeProblem p = ch10::make_problem<T>(shape, o.run.seed, o.magnitude);
     Runner<T> runner(o, p);
     std::vector<Row> rows;
-    if (o.sweep) {  // variant 5's candidates × split counts (contiguous cache)
-        for (int c = 0; c < int(ch10::tuning_candidates().size()); ++c) {
-            std::printf("candidate %d: %s\n", c, ch10::tuning_candidates()[std::size_t(c)].c_str());
-            rows.push_back(runner.run(ch10::kTuned, 0, c));  // the heuristic's plan, checked
-            const int Bc = ch10::block_keys(ch10::kTuned, c);
-            for (int n = 1; n <= 256; n *= 2) {
-                const ch10::SplitPlan plan = ch10::plan_with_splits(shape, n, Bc);
-                if (plan.splits != n && n > 1) break;  // no more distinct split counts
-                rows.push_back(runner.run(ch10::kTuned, 0, c, &plan));
-            }
+    for (const ch10::ProgramRun& r : runs) {
+        if (r.splits > 0) {
+            const ch10::SplitPlan plan = ch10::plan_with_splits(shape, r.splits, ch10::block_keys(r.variant, r.candidate));
+            rows.push_back(runner.run(r.variant, r.page_size, r.candidate, &plan));
+            continue;
         }
-    } else if (o.ladder) {
-        for (int v : {ch10::kFa2Grid, ch10::kSplitKv, ch10::kGqa, ch10::kTuned})  // contiguous cache
-            rows.push_back(runner.run(v, 0, v == ch10::kTuned ? o.tiles : -1));
-        rows.push_back(runner.run(ch10::kPaged, o.page_size, -1));
-        for (int P : parse_list(o.page_sizes))
-            if (P > 0) rows.push_back(runner.run(ch10::kTuned, P, o.tiles));
-    } else {
-        rows.push_back(runner.run(o.kernel, o.kernel == ch10::kPaged ? o.page_size : 0, o.tiles));
+        if (o.sweep)
+            std::printf("candidate %d: %s\n", r.candidate, ch10::tuning_candidates()[std::size_t(r.candidate)].c_str());
+        rows.push_back(runner.run(r.variant, r.page_size, r.candidate));
     }
     print_summary(rows, runner.read_gbps());
     for (const Row& r : rows)
-        if (!r.passed) return 1;
-    return 0;
+        if (!r.passed) return fa::kExitFailed;
+    return fa::kExitOk;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    Options o;
-    fa::Cli cli("chapter10", "attention for decoding: split-KV, GQA packing, a paged cache");
+void add_options(fa::Cli& cli, Options& o) {
     fa::add_run_options(cli, o.run);
-    cli.option("--dtype", &o.dtype, "fp16 or bf16");
+    cli.option("--dtype", &o.dtype, "element type of Q, K, V, O", {"fp16", "bf16"});
     cli.option("--kernel", &o.kernel, "variant 1..5 (kernel/decode_attention.cuh lists them)", 1, 5);
-    cli.option("--tiles", &o.tiles, "variant 5's tile candidate (-1: the default; --ladder: for kernel 5's rows)", -1, 16);
+    cli.option("--tiles", &o.tiles, "variant 5's tile candidate (-1: the default; --ladder: for kernel 5's rows)", -1,
+               int(ch10::tuning_candidates().size()) - 1);
     cli.option("--batch", &o.B, "sequences", 1, 65535);
     cli.option("--heads", &o.H_q, "query heads H_q", 1, 1024);
     cli.option("--kv-heads", &o.H_kv, "KV heads H_kv (H_q = g * H_kv; 1 is MQA)", 1, 1024);
     cli.option("--q-len", &o.q_len, "new tokens per sequence (1..16)", 1, 16);
     cli.option("--dim", &o.D, "head dimension (64 or 128)", 1, 1024);
     cli.option("--seq", &o.seq, "cache length of every sequence (or the most, with --random-lens)", 1, 1 << 24);
-    cli.option("--cache-lens", &o.cache_lens, "cache lengths, comma-separated: one per sequence (or one for all)");
+    cli.option("--cache-lens", &o.cache_lens, "cache lengths, comma-separated: one per sequence (or one for all)", 1,
+               1 << 24);
     cli.flag("--random-lens", &o.random_lens, "draw each sequence's cache length in q_len..seq");
-    cli.option("--page-size", &o.page_size, "tokens per page of kernel 4's paged cache", 16, 256);
-    cli.option("--page-sizes", &o.page_sizes, "--ladder: page sizes at which kernel 5 also runs on a paged cache (0: none)");
+    cli.option("--page-size", &o.page_size, "tokens per page of kernel 4's paged cache (a power of two)", 16, 256);
+    cli.option("--page-sizes", &o.page_sizes,
+               "--ladder: page sizes at which kernel 5 also runs on a paged cache (0: none)", 0, 256);
     cli.option("--splits", &o.splits, "about this many splits of the longest sequence (0: the heuristic)", 0, 4096);
     cli.option("--check-rows", &o.check_rows, "rows of O checked against the float64 reference", 1, 1 << 20);
     cli.option("--magnitude", &o.magnitude, "scale of Q (large values: large logits)", 1e-3, 1e3);
     cli.flag("--ladder", &o.ladder, "run every variant (and kernel 5 on paged caches)");
     cli.flag("--sweep", &o.sweep, "time variant 5's tile candidates at every power-of-two split count");
     cli.flag("--dirty-flush", &o.dirty_flush, "time right after the L2 flush's writes (no clean read between)");
+    cli.conflict("--cache-lens", "--random-lens", "--cache-lens gives every length");
+    cli.conflict("--cache-lens", "--seq", "the longest of --cache-lens is the cache's capacity");
+    cli.conflict("--ladder", "--sweep", "each runs its own list of kernels");
+    cli.conflict("--ladder", "--kernel", "--ladder runs every kernel");
+    for (const char* own : {"--kernel", "--tiles", "--page-size", "--page-sizes", "--splits"})
+        cli.conflict("--sweep", own, "--sweep runs variant 5's candidates at its own split counts, contiguous cache");
+    cli.conflict("--check-rows", "--no-check", "nothing is checked");
+    cli.conflict("--dirty-flush", "--no-bench", "nothing is timed");
+    cli.rule([&cli, &o]() -> std::string {
+        if (cli.given("--page-sizes") && !o.ladder) return "--page-sizes applies to --ladder's kernel 5 rows";
+        if (cli.given("--page-size") && !o.ladder && o.kernel != ch10::kPaged)
+            return "--page-size applies to kernel 4 (and to --ladder's kernel 4 row)";
+        if (o.splits > 0 && !o.ladder && o.kernel == ch10::kFa2Grid)
+            return "--splits: kernel 1 reads each sequence in one block (one split)";
+        return "";
+    });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+    Options o;
+    fa::Cli cli("chapter10", "attention for decoding: split-KV, GQA packing, a paged cache");
+    add_options(cli, o);
     cli.parse(argc, argv);
-    if (o.dtype != "fp16" && o.dtype != "bf16") {
-        std::fprintf(stderr, "chapter10: --dtype must be fp16 or bf16\n");
-        return 2;
-    }
-    const std::string bad = ch10::invalid_reason(shape_of(o));
-    if (!bad.empty()) {
-        std::fprintf(stderr, "chapter10: %s\n", bad.c_str());
-        return 2;
-    }
+    const ch10::DecodeShape shape = shape_of(o);
+    const std::vector<ch10::ProgramRun> runs = runs_of(o, shape);
+    const std::string bad = ch10::runs_error(shape, runs);
+    if (!bad.empty()) cli.fail(bad);
+    fa::require_host_memory("chapter10", ch10::host_bytes(shape),
+                            shape.str() + " (the cache in float32, as stored before and after the append)");
     fa::require_device("chapter10");
     const std::string why = ch10::device_unsupported_reason();
     if (!why.empty()) {
         std::fprintf(stderr, "chapter10: %s\n", why.c_str());
-        return 2;
+        return fa::kExitNoGpu;
     }
-    return o.dtype == "fp16" ? run_all<__half>(o) : run_all<__nv_bfloat16>(o);
+    return o.dtype == "fp16" ? run_all<__half>(o, shape, runs) : run_all<__nv_bfloat16>(o, shape, runs);
+} catch (...) {
+    return fa::exit_status_of_exception("chapter10");
 }

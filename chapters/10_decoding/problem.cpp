@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../../common/exit_codes.h"
 #include "../../common/parallel.h"
 #include "../../common/random.h"
 #include "kernel/split_plan.h"
@@ -33,6 +34,11 @@ void for_each_row(const DecodeShape& s, F f) {
             for (int key = 0; key < s.N_max; ++key) f(b, h, key, contiguous_row(b, h, key, s.H_kv, s.N_max, s.D));
 }
 }  // namespace
+
+double host_bytes(const DecodeShape& s) {
+    const double cache = double(s.B) * s.H_kv * (double(s.N_max) + 256.0) * s.D;  // pages round N_max up
+    return 7.5 * cache * sizeof(float) + 64.0 * (1 << 20);
+}
 
 template <class T>
 DecodeProblem make_problem(const DecodeShape& s, std::uint64_t seed, double magnitude) {
@@ -135,13 +141,14 @@ void poison(fa::DeviceBuffer<U>& x) { if (x.size() > 0) x.poison(); }
 template <class Store, class U>
 Store make_store(const std::vector<U>& host) { return Store(host); }
 
-// The shape and block table must be valid before any array is made: one message, exit status 2.
+// The shape and block table must be valid before any array is made: one message, exit status 2
+// (kExitBadInput).
 const StoredCache& checked(const StoredCache& c) {
     std::string why = invalid_reason(c.s);
     if (why.empty() && c.s.paged()) why = invalid_table_reason(c.s, c.table, c.s.pool_pages());
     if (!why.empty()) {
         std::fprintf(stderr, "ch10: %s\n", why.c_str());
-        std::exit(2);
+        std::exit(fa::kExitBadInput);
     }
     return c;
 }

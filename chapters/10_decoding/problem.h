@@ -13,6 +13,12 @@
 
 namespace ch10 {
 
+/// Host bytes the arrays of this file take at most for shape s (with pages of up to 256 tokens):
+/// the logical cache K, V of a DecodeProblem, a StoredCache's four copies, and one cache read back
+/// (7.5 float copies of the cache), plus 64 MiB for the rest. The program compares it with what the
+/// machine has before it makes any.
+double host_bytes(const DecodeShape& s);
+
 /// One decoding step's inputs, rounded to the kernels' 16-bit type, as floats.
 struct DecodeProblem {
     DecodeShape s;           ///< contiguous (page_size 0): the logical view

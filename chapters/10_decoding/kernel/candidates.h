@@ -3,8 +3,7 @@
 /// the CPU emulator (emulator/emulated_kernels.cpp).
 #pragma once
 
-#include <tuple>
-
+#include "../../../common/dispatch.h"
 #include "decode_config.h"
 
 namespace ch10 {
@@ -18,13 +17,12 @@ using LadderConfig = DecodeConfig<D, 4, 2, Paged>;
 /// early prefetch starts a block's first reads before it reads its sequence's length. Shared
 /// memory at D = 128: 70 KB (4 warps, 2 stages), 103 KB (3 stages), 136 KB (4 stages), 136 KB
 /// (8 warps, 2 stages), 103 KB (3 stages, prefetch): 3, 2, 1, 1 and 2 blocks per SM on an H100.
+/// The default, candidate 1, is the fastest in `./chapter10 --sweep` (README, step 5).
 template <int D, bool Paged>
-using TunedCandidates =
-    std::tuple<DecodeConfig<D, 4, 2, Paged>, DecodeConfig<D, 4, 3, Paged>, DecodeConfig<D, 4, 4, Paged>,
-               DecodeConfig<D, 8, 2, Paged>, DecodeConfig<D, 4, 3, Paged, true>>;
-constexpr int kTunedCandidateCount = 5;
-
-/// Variant 5's default candidate: the fastest in `./chapter10 --sweep` (README, step 5).
-constexpr int kTunedCandidate = 1;
+struct TunedTiles
+    : fa::Tuning<fa::ConfigList<DecodeConfig<D, 4, 2, Paged>, DecodeConfig<D, 4, 3, Paged>, DecodeConfig<D, 4, 4, Paged>,
+                                DecodeConfig<D, 8, 2, Paged>, DecodeConfig<D, 4, 3, Paged, true>>,
+                 1> {};
+constexpr int kTunedCandidateCount = TunedTiles<128, false>::List::size;
 
 }  // namespace ch10
