@@ -112,8 +112,8 @@ std::vector<fa::AttnShape> emulated_shapes(int D) {
 }
 
 template <class T>
-void check_emulated(int variant, int strategy, int candidate = -1) {
-    for (int D : {64, 128})
+void check_emulated(int variant, int strategy, int candidate = -1, std::vector<int> dims = {64, 128}) {
+    for (int D : dims)
         for (const fa::AttnShape& s : emulated_shapes(D)) {
             const Case<T> c = make_case<T>(s, 11 + std::uint64_t(s.N));
             const ch7::RuleVerdict v = low_precision_rule(run_emulated<T>(variant, strategy, c, candidate), c.mirror);
@@ -346,88 +346,107 @@ TEST_CASE("ch8 emulated: kernel 5 (tuned), every candidate", "[cpu][chapter8][v5
         }
 }
 
-TEST_CASE("ch8 emulated: kernel 6 (FA2's warp layout), both dQ strategies, every candidate", "[cpu][chapter8][v6]") {
-    check_emulated<__nv_bfloat16>(kFa2Layout, kAtomic);
-    check_emulated<__half>(kFa2Layout, kSplit);
+// Kernel 6's every candidate at head dim D (a test case per D: they run side by side).
+static void check_kernel6_candidates(int D) {
+    check_emulated<__nv_bfloat16>(kFa2Layout, kAtomic, -1, {D});
+    check_emulated<__half>(kFa2Layout, kSplit, -1, {D});
     // the candidates after the first
-    for (int D : {64, 128})
-        for (int k = 1; k < int(tuning_candidates(D, kFa2Layout).size()); ++k)
-            for (int strategy : {kAtomic, kSplit})
-                for (const fa::AttnShape& s : emulated_shapes(D)) {
-                    const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 11 + std::uint64_t(s.N));
-                    const ch7::RuleVerdict v = low_precision_rule(run_emulated(kFa2Layout, strategy, c, k), c.mirror);
-                    INFO(s.str() << " candidate " << candidate_name(kFa2Layout, k) << " "
-                                 << tuning_candidates(D, kFa2Layout)[std::size_t(k)].str()
-                                 << " dq " << strategy_name(strategy) << "\n" << v.text);
-                    CHECK(v.ok);
-                }
+    for (int k = 1; k < int(tuning_candidates(D, kFa2Layout).size()); ++k)
+        for (int strategy : {kAtomic, kSplit})
+            for (const fa::AttnShape& s : emulated_shapes(D)) {
+                const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 11 + std::uint64_t(s.N));
+                const ch7::RuleVerdict v = low_precision_rule(run_emulated(kFa2Layout, strategy, c, k), c.mirror);
+                INFO(s.str() << " candidate " << candidate_name(kFa2Layout, k) << " "
+                             << tuning_candidates(D, kFa2Layout)[std::size_t(k)].str()
+                             << " dq " << strategy_name(strategy) << "\n" << v.text);
+                CHECK(v.ok);
+            }
+}
+TEST_CASE("ch8 emulated: kernel 6 (FA2's warp layout) at D = 64, both dQ strategies, every candidate", "[cpu][chapter8][v6]") {
+    check_kernel6_candidates(64);
+}
+TEST_CASE("ch8 emulated: kernel 6 (FA2's warp layout) at D = 128, both dQ strategies, every candidate", "[cpu][chapter8][v6]") {
+    check_kernel6_candidates(128);
 }
 
-TEST_CASE("ch8 emulated: candidates whose pipeline the shapes above never refill, at a shape that does",
-          "[cpu][chapter8][v5][v6]") {
-    // The tests above run step 5's candidates at N = 150 and step 6's at N ≤ 200. A candidate with
-    // B_r = 128 (or 3 stages) then has T_r ≤ its stages: no Q_i/dO_i/L_i/D_i stage is ever loaded a
-    // second time, so the barrier that guards that reuse is never tested on it. Here those candidates
-    // run at N = 2·128 + 17 = 273: T_r ≥ 3 > 2 stages (5 > 3 for 3 stages), three key blocks adding
-    // into each dQ row, a whole Q_i tile (line 15 without the row check) and a tail (with it), and
-    // under the causal mask key blocks whose first query tile is not the first.
+// The tests above run step 5's candidates at N = 150 and step 6's at N ≤ 200. A candidate with
+// B_r = 128 (or 3 stages) then has T_r ≤ its stages: no Q_i/dO_i/L_i/D_i stage is ever loaded a
+// second time, so the barrier that guards that reuse is never tested on it. Here those candidates
+// run at N = 2·128 + 17 = 273: T_r ≥ 3 > 2 stages (5 > 3 for 3 stages), three key blocks adding
+// into each dQ row, a whole Q_i tile (line 15 without the row check) and a tail (with it), and
+// under the causal mask key blocks whose first query tile is not the first. Returns how many ran.
+static int check_refills(int D) {
     int ran = 0;
-    for (int D : {64, 128})
-        for (int variant : {kTuned, kFa2Layout}) {
-            const std::vector<BwdTiles> all = tuning_candidates(D, variant);
-            const int n_above = variant == kTuned ? 150 : 200;
-            for (int k = 0; k < int(all.size()); ++k) {
-                const BwdTiles& t = all[std::size_t(k)];
-                if (fa::ceil_div(n_above, t.Br) > t.stages) continue;  // refilled above already
-                const fa::AttnShape s = fa::make_shape(1, 1, 273, D, k % 2 == 0);
-                REQUIRE(fa::ceil_div(s.N, t.Br) > t.stages);
-                const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 31 + std::uint64_t(k));
-                for (int strategy : {kAtomic, kSplit}) {
-                    const ch7::RuleVerdict v = low_precision_rule(run_emulated(variant, strategy, c, k), c.mirror);
-                    INFO(s.str() << " candidate " << candidate_name(variant, k) << " " << t.str() << " dq "
-                                 << strategy_name(strategy) << "\n" << v.text);
-                    CHECK(v.ok);
+    for (int variant : {kTuned, kFa2Layout}) {
+        const std::vector<BwdTiles> all = tuning_candidates(D, variant);
+        const int n_above = variant == kTuned ? 150 : 200;
+        for (int k = 0; k < int(all.size()); ++k) {
+            const BwdTiles& t = all[std::size_t(k)];
+            if (fa::ceil_div(n_above, t.Br) > t.stages) continue;  // refilled above already
+            const fa::AttnShape s = fa::make_shape(1, 1, 273, D, k % 2 == 0);
+            REQUIRE(fa::ceil_div(s.N, t.Br) > t.stages);
+            const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 31 + std::uint64_t(k));
+            for (int strategy : {kAtomic, kSplit}) {
+                const ch7::RuleVerdict v = low_precision_rule(run_emulated(variant, strategy, c, k), c.mirror);
+                INFO(s.str() << " candidate " << candidate_name(variant, k) << " " << t.str() << " dq "
+                             << strategy_name(strategy) << "\n" << v.text);
+                CHECK(v.ok);
+            }
+            ++ran;
+        }
+    }
+    return ran;
+}
+TEST_CASE("ch8 emulated: candidates whose pipeline the shapes above never refill, at a shape that does, D = 64",
+          "[cpu][chapter8][v5][v6]") {
+    CHECK(check_refills(64) > 0);
+}
+TEST_CASE("ch8 emulated: candidates whose pipeline the shapes above never refill, at a shape that does, D = 128",
+          "[cpu][chapter8][v5][v6]") {
+    CHECK(check_refills(128) > 0);
+}
+
+// Step 6 moves work between warps, not arithmetic: every element of Sᵀ and dPᵀ is the same
+// mma sum over d, P and dS are rounded to 16 bits at the same point (the mirror's), dK_j and
+// dV_j add the queries 16 at a time in ascending order (t9: passes of 32 in tiles of 128; step
+// 6: tiles of 64), and line 15 adds each key block's dS K_j once per element. Causal
+// blocks that t9 skips step 6 multiplies by zero, which adds +0 exactly. So the emulator's
+// dQ, dK, dV of every step 6 candidate equal t9's bit for bit; a misplaced Pᵀ/dSᵀ element, a
+// wrong column slice or a missing barrier shows here as a difference.
+// (A test case per head dim: they run side by side.)
+static void check_bit_for_bit(int D) {
+    for (bool causal : {false, true})
+        for (int N : {17, 150}) {
+            const fa::AttnShape s = fa::make_shape(N == 17 ? 2 : 1, N == 150 ? 2 : 1, N, D, causal);
+            const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 29 + std::uint64_t(N));
+            for (int strategy : {kAtomic, kSplit}) {
+                const HostRun<__nv_bfloat16> ref = emulate(kTuned, strategy, c, 9);
+                for (int k = 0; k < int(tuning_candidates(D, kFa2Layout).size()); ++k) {
+                    const HostRun<__nv_bfloat16> h = emulate(kFa2Layout, strategy, c, k);
+                    std::size_t differ[3] = {0, 0, 0};
+                    for (std::size_t e = 0; e < h.dQ.size(); ++e) {
+                        differ[0] += fa::to_float(h.dQ[e]) != fa::to_float(ref.dQ[e]);
+                        differ[1] += fa::to_float(h.dK[e]) != fa::to_float(ref.dK[e]);
+                        differ[2] += fa::to_float(h.dV[e]) != fa::to_float(ref.dV[e]);
+                    }
+                    INFO(s.str() << " dq " << strategy_name(strategy) << " candidate " << candidate_name(kFa2Layout, k) << " "
+                                 << tuning_candidates(D, kFa2Layout)[std::size_t(k)].str()
+                                 << "\nelements unlike t9's: dQ " << differ[0] << ", dK " << differ[1] << ", dV "
+                                 << differ[2] << " of " << h.dQ.size());
+                    CHECK(differ[0] == 0);
+                    CHECK(differ[1] == 0);
+                    CHECK(differ[2] == 0);
                 }
-                ++ran;
             }
         }
-    CHECK(ran > 0);
 }
-
-TEST_CASE("ch8 emulated: kernel 6 computes step 5's t9 arithmetic bit for bit, in another warp layout",
+TEST_CASE("ch8 emulated: kernel 6 computes step 5's t9 arithmetic bit for bit, in another warp layout, D = 64",
           "[cpu][chapter8][v6]") {
-    // Step 6 moves work between warps, not arithmetic: every element of Sᵀ and dPᵀ is the same
-    // mma sum over d, P and dS are rounded to 16 bits at the same point (the mirror's), dK_j and
-    // dV_j add the queries 16 at a time in ascending order (t9: passes of 32 in tiles of 128; step
-    // 6: tiles of 64), and line 15 adds each key block's dS K_j once per element. Causal
-    // blocks that t9 skips step 6 multiplies by zero, which adds +0 exactly. So the emulator's
-    // dQ, dK, dV of every step 6 candidate equal t9's bit for bit; a misplaced Pᵀ/dSᵀ element, a
-    // wrong column slice or a missing barrier shows here as a difference.
-    for (int D : {64, 128})
-        for (bool causal : {false, true})
-            for (int N : {17, 150}) {
-                const fa::AttnShape s = fa::make_shape(N == 17 ? 2 : 1, N == 150 ? 2 : 1, N, D, causal);
-                const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 29 + std::uint64_t(N));
-                for (int strategy : {kAtomic, kSplit}) {
-                    const HostRun<__nv_bfloat16> ref = emulate(kTuned, strategy, c, 9);
-                    for (int k = 0; k < int(tuning_candidates(D, kFa2Layout).size()); ++k) {
-                        const HostRun<__nv_bfloat16> h = emulate(kFa2Layout, strategy, c, k);
-                        std::size_t differ[3] = {0, 0, 0};
-                        for (std::size_t e = 0; e < h.dQ.size(); ++e) {
-                            differ[0] += fa::to_float(h.dQ[e]) != fa::to_float(ref.dQ[e]);
-                            differ[1] += fa::to_float(h.dK[e]) != fa::to_float(ref.dK[e]);
-                            differ[2] += fa::to_float(h.dV[e]) != fa::to_float(ref.dV[e]);
-                        }
-                        INFO(s.str() << " dq " << strategy_name(strategy) << " candidate " << candidate_name(kFa2Layout, k) << " "
-                                     << tuning_candidates(D, kFa2Layout)[std::size_t(k)].str()
-                                     << "\nelements unlike t9's: dQ " << differ[0] << ", dK " << differ[1] << ", dV "
-                                     << differ[2] << " of " << h.dQ.size());
-                        CHECK(differ[0] == 0);
-                        CHECK(differ[1] == 0);
-                        CHECK(differ[2] == 0);
-                    }
-                }
-            }
+    check_bit_for_bit(64);
+}
+TEST_CASE("ch8 emulated: kernel 6 computes step 5's t9 arithmetic bit for bit, in another warp layout, D = 128",
+          "[cpu][chapter8][v6]") {
+    check_bit_for_bit(128);
 }
 
 TEST_CASE("ch8: step 6's candidates: the warp grid, B_c, and what the tiles say", "[cpu][chapter8]") {
