@@ -2,7 +2,7 @@
 /// @brief The tensor-core toolkit's CPU emulator that runs the kernels' own source, so the kernels are tested
 /// where no GPU is (CI, a laptop) and a student can step through one lane with a debugger.
 ///
-/// Every CUDA thread of a block is a fiber (ucontext) on one host thread; fibers run until they
+/// Every CUDA thread of a block is a fiber (fiber_switch.h) on one host thread; fibers run until they
 /// reach a warp collective (mma.sync, ldmatrix, a shuffle, a vote, __syncwarp) or __syncthreads,
 /// then the next fiber runs. A collective completes when all 32 lanes of the warp have reached it;
 /// each lane then computes its own result from the 32 deposits, from the PTX definitions written

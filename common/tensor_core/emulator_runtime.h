@@ -4,13 +4,14 @@
 /// shared by every translation unit that emulates kernels.
 #pragma once
 
-#include <ucontext.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
+
+#include "fiber_switch.h"
 
 namespace tc::emu {
 
@@ -22,7 +23,7 @@ inline constexpr std::size_t kMaxDeposit = 64;          // bytes one lane hands 
 using Copy = std::pair<void*, const void*>;
 
 struct Fiber {
-    ucontext_t context;
+    Context context;  // where the fiber stopped (fiber_switch.h)
     std::vector<unsigned char> stack;
     Ids ids;
     bool done = false;
@@ -38,7 +39,7 @@ struct Warp {
 };
 
 struct State {
-    ucontext_t scheduler;
+    Context scheduler;
     // The pool only grows: launches of different block sizes reuse the fibers (and their stacks)
     // instead of freeing and zero-filling 256 KiB of stack per thread each time.
     std::vector<Fiber> pool;
@@ -62,14 +63,15 @@ inline Fiber& current() {
     return *s.current;
 }
 
-inline void yield() { swapcontext(&current().context, &state().scheduler); }
+inline void yield() { switch_to(current().context, state().scheduler); }
 
-inline void fiber_main() {
+[[noreturn]] inline void fiber_main() {
     State& s = state();
     (*s.body)();
     s.current->done = true;
     ++s.events;
-}  // returns to uc_link: the scheduler
+    for (;;) yield();  // done: the scheduler does not resume it again
+}
 
 inline void run_block() {
     State& s = state();
@@ -80,11 +82,7 @@ inline void run_block() {
         f.done = false;
         f.committed.clear();
         f.open.clear();
-        getcontext(&f.context);
-        f.context.uc_stack.ss_sp = f.stack.data();
-        f.context.uc_stack.ss_size = f.stack.size();
-        f.context.uc_link = &s.scheduler;
-        makecontext(&f.context, fiber_main, 0);
+        make_context(f.context, f.stack.data(), f.stack.size(), fiber_main);
     }
     for (Warp& w : s.warps) w.arrived = 0, w.generation = 0;
     s.block_arrived = 0;
@@ -95,7 +93,7 @@ inline void run_block() {
             if (f->done) continue;
             all_done = false;
             s.current = f;
-            swapcontext(&s.scheduler, &f->context);
+            switch_to(s.scheduler, f->context);
         }
         s.current = nullptr;
         if (all_done) return;
