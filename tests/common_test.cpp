@@ -520,6 +520,26 @@ struct ChildRun {
 constexpr std::size_t kMaxOutput = 1 << 20;
 constexpr std::chrono::seconds kDeadline{120};  // (a cold GPU's driver can take seconds to start)
 
+// Forks with the child's stdout and stderr going into a pipe: returns fork()'s result (0 in the
+// child, -1 when the pipe or the fork failed) and, in the parent, the pipe's read end in read_fd.
+pid_t fork_into_pipe(int& read_fd) {
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    std::cout.flush();
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+    } else if (pid < 0) {
+        close(fds[0]);
+    }
+    close(fds[1]);
+    read_fd = fds[0];
+    return pid;
+}
+
 // Runs this test binary again with `args` and FA_PLANT_REPORTER_FAILURES=1.
 ChildRun run_planted(const std::vector<std::string>& args) {
     ChildRun run;
@@ -539,43 +559,32 @@ ChildRun run_planted(const std::vector<std::string>& args) {
     for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
     envp.push_back(plant.data());
     envp.push_back(nullptr);
-    int fds[2];
-    if (pipe(fds) != 0) {
-        run.out = "pipe failed";
-        return run;
-    }
-    std::fflush(stdout);
-    const pid_t pid = fork();
+    int fd = -1;
+    const pid_t pid = fork_into_pipe(fd);
     if (pid == 0) {
-        dup2(fds[1], 1);
-        dup2(fds[1], 2);
-        close(fds[0]);
-        close(fds[1]);
         execve(self, argv.data(), envp.data());
         _exit(127);
     }
-    close(fds[1]);
     if (pid < 0) {
-        close(fds[0]);
-        run.out = "fork failed";
+        run.out = "pipe or fork failed";
         return run;
     }
     const auto deadline = std::chrono::steady_clock::now() + kDeadline;
     char buf[1 << 16];
     for (;;) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        pollfd p{fds[0], POLLIN, 0};
+        pollfd p{fd, POLLIN, 0};
         const int r = left.count() > 0 ? poll(&p, 1, int(left.count())) : 0;
         if (r == 0) { run.killed = true; break; }
         if (r < 0) { if (errno == EINTR) continue; break; }
-        const ssize_t got = read(fds[0], buf, sizeof buf);
+        const ssize_t got = read(fd, buf, sizeof buf);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) break;  // end of output
         run.out.append(buf, std::size_t(got));
         if (run.out.size() > kMaxOutput) { run.killed = true; break; }
     }
     if (run.killed) kill(pid, SIGKILL);
-    close(fds[0]);
+    close(fd);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     run.exited = WIFEXITED(status);
@@ -668,16 +677,10 @@ struct Ended {
 template <class Fn>
 Ended run_in_child(Fn fn) {
     Ended e;
-    int fds[2];
-    if (pipe(fds) != 0) return e;
-    std::cout.flush();
-    std::fflush(nullptr);
-    const pid_t pid = fork();
+    int fd = -1;
+    const pid_t pid = fork_into_pipe(fd);
+    if (pid < 0) return e;
     if (pid == 0) {
-        dup2(fds[1], 1);
-        dup2(fds[1], 2);
-        close(fds[0]);
-        close(fds[1]);
         try {  // an exception must not reach this test binary's runner in the child
             fn();
         } catch (...) {
@@ -687,14 +690,13 @@ Ended run_in_child(Fn fn) {
         std::fflush(nullptr);
         _exit(100);
     }
-    close(fds[1]);
     char buf[4096];
-    for (ssize_t got; (got = read(fds[0], buf, sizeof buf)) != 0;) {
+    for (ssize_t got; (got = read(fd, buf, sizeof buf)) != 0;) {
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) break;
         e.out.append(buf, std::size_t(got));
     }
-    close(fds[0]);
+    close(fd);
     int status = 0;
     while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     if (pid > 0 && WIFEXITED(status)) e.code = WEXITSTATUS(status);
@@ -971,4 +973,182 @@ TEST_CASE("inputs: an exception that reaches main is one line and an exit status
     const Ended other = status_of(42);  // not a std::exception: still one line
     CHECK(other.code == kExitFailed);
     CHECK(other.out == "prog: error: unknown exception\n");
+}
+
+// ==== the CPU emulator sees races on shared memory (common/tensor_core/emulator.h) =================
+// Tiny kernels of two warps, each with one mistake a tensor-core kernel can make: a missing
+// __syncthreads() between a store and another warp's load, a read before its cp.async wait, a
+// stage refilled while another warp still reads it, a missing __syncwarp() between lanes. Each must
+// stop the launch with a report that names the race, both threads and their source lines, the
+// bytes and the barrier, whichever warp the emulator happens to run first; each runs again with
+// the barrier in place, and must then pass with the right values. The emulator's macros
+// (threadIdx, __syncthreads, ...) exist from here to the end of the file only.
+
+#define FA_TC_EMULATE 1
+#include "../common/tensor_core/emulator.h"
+#include "../common/tensor_core/emulated_ptx.h"
+
+namespace {
+
+alignas(128) unsigned char emu_smem[tc::emu::kMaxSmemBytes];
+std::uint32_t* smem_words() { return reinterpret_cast<std::uint32_t*>(emu_smem); }
+std::uint32_t emu_global[64 * 4];  // what the cp.async kernels copy: word i holds 1000 + i
+std::uint32_t seen[64];            // what each thread read
+int load_line = 0, store_line = 0;  // the source lines of the kernels' accesses, set as they run
+
+// Runs `kernel` as one block of 64 threads (two warps) with 1 KB of shared memory; returns the
+// race report, or "" when the launch ran to its end.
+template <class Kernel>
+std::string race_of(Kernel kernel) {
+    for (std::uint32_t i = 0; i < 64 * 4; ++i) emu_global[i] = 1000 + i;
+    std::fill(std::begin(seen), std::end(seen), 0u);
+    try {
+        tc::emu::launch(dim3(1), dim3(64), emu_smem, 1024, kernel);
+    } catch (const tc::emu::Race& race) {
+        return race.what();
+    }
+    return "";
+}
+
+std::string at(int line) { return "tests/common_test.cpp:" + std::to_string(line); }
+
+// Checks that a race report names every one of `parts`.
+void check_report(const std::string& report, std::initializer_list<std::string> parts) {
+    INFO(report);
+    for (const std::string& part : parts) CHECK_THAT(report, Catch::Contains(part));
+}
+
+// Warp `writer` stores 32 words, after the barrier the other warp loads them, each lane its
+// neighbour's. Without the barrier the emulator reports a read-after-write if it ran the writer
+// first and a write-after-read if it ran the reader first (the thread that completes a
+// __syncthreads runs on at once: here thread 63); on a GPU both orders can happen.
+void store_then_load(int writer, bool barrier) {
+    const int t = int(threadIdx.x), lane = t % 32;
+    __syncthreads();
+    if (t / 32 == writer) store_line = __LINE__, tc::st_shared(smem_words() + lane, 100u + lane);
+    if (barrier) __syncthreads();
+    if (t / 32 != writer) load_line = __LINE__, seen[t] = tc::ld_shared(smem_words() + (lane + 1) % 32);
+}
+
+// Every thread copies 16 bytes with cp.async, then reads 4 of them (own) or 4 that thread t − 32
+// copied (warp 1 reads warp 0's), with or without the wait and the barrier.
+void copy_then_load(bool own, bool wait, bool barrier) {
+    const int t = int(threadIdx.x);
+    store_line = __LINE__, tc::cp_async_16(smem_words() + 4 * t, emu_global + 4 * t);
+    tc::cp_async_commit();
+    if (wait) tc::cp_async_wait<0>();
+    if (barrier) __syncthreads();
+    if (own || t >= 32) load_line = __LINE__, seen[t] = tc::ld_shared(smem_words() + 4 * (own ? t : t - 32));
+}
+
+// A stage of 512 bytes: warp 0 fills it, then warp `reader` reads it with ldmatrix while the
+// other warp refills it with cp.async (the next tile). Without the barrier: a write-after-read when
+// the reader reaches its ldmatrix first (reader 1: thread 63 runs on from the __syncthreads), a
+// read-after-write when the refill lands first (reader 0).
+void read_stage_then_refill(int reader, bool barrier) {
+    const int t = int(threadIdx.x), lane = t % 32;
+    if (t < 32) tc::st_shared(reinterpret_cast<uint4*>(emu_smem) + t, make_uint4(t, t, t, t));
+    __syncthreads();
+    if (t / 32 == reader) {
+        std::uint32_t r[4];
+        load_line = __LINE__, tc::ldmatrix_x4(r, emu_smem + 16 * lane);
+        seen[t] = r[0];
+    }
+    if (barrier) __syncthreads();
+    if (t / 32 != reader) {
+        store_line = __LINE__, tc::cp_async_16(emu_smem + 16 * lane, emu_global + 4 * lane);
+        tc::cp_async_commit();
+        tc::cp_async_wait<0>();
+    }
+}
+
+// The lanes of one warp: each stores a word, then loads its neighbour's.
+void lanes_exchange(bool syncwarp) {
+    const int t = int(threadIdx.x);
+    store_line = __LINE__, tc::st_shared(smem_words() + t, 100u + t);
+    if (syncwarp) __syncwarp();
+    load_line = __LINE__, seen[t] = tc::ld_shared(smem_words() + (t / 32) * 32 + (t + 1) % 32);
+}
+
+}  // namespace
+
+TEST_CASE("emulator races: a store and another warp's load with no __syncthreads() between",
+          "[cpu][common][emulator]") {
+    std::string report;  // each race is run before its checks: the kernels set load_line, store_line
+    report = race_of([] { store_then_load(1, false); });
+    check_report(report,
+                 {"race on shared memory in block (0, 0, 0): read-after-write: no __syncthreads()",
+                  "bytes 124..127 of the block's 1024 bytes",
+                  "first:  thread 63 (warp 1, lane 31): store at " + at(store_line) + ", after __syncthreads #1",
+                  "then:   thread 30 (warp 0, lane 30): load at " + at(load_line) + ", after __syncthreads #1"});
+    report = race_of([] { store_then_load(0, false); });
+    check_report(report,
+                 {"write-after-read: no __syncthreads()", "bytes 0..3 ",
+                  "first:  thread 63 (warp 1, lane 31): load at " + at(load_line),
+                  "then:   thread 0 (warp 0, lane 0): store at " + at(store_line)});
+    for (int writer : {0, 1}) {
+        CHECK(race_of([=] { store_then_load(writer, true); }).empty());
+        for (int lane = 0; lane < 32; ++lane) CHECK(seen[32 * (1 - writer) + lane] == 100u + (lane + 1) % 32);
+    }
+}
+
+TEST_CASE("emulator races: a read before its cp.async wait, and after the wait without a barrier",
+          "[cpu][common][emulator]") {
+    std::string report;  // each race is run before its checks: the kernels set load_line, store_line
+    report = race_of([] { copy_then_load(true, false, false); });
+    check_report(report,
+                 {"pending cp.async: a read of bytes a cp.async is still filling (a missing cp.async wait",
+                  "bytes 0..3 ",
+                  "first:  thread 0 (warp 0, lane 0): cp.async at " + at(store_line) +
+                      ", before the block's first __syncthreads",
+                  "then:   thread 0 (warp 0, lane 0): load at " + at(load_line)});
+    report = race_of([] { copy_then_load(false, false, false); });
+    check_report(report,
+                 {"pending cp.async: a read of bytes a cp.async is still filling",
+                  "first:  thread 0 (warp 0, lane 0): cp.async at " + at(store_line),
+                  "then:   thread 32 (warp 1, lane 0): load"});
+    report = race_of([] { copy_then_load(false, true, false); });
+    check_report(report,
+                 {"read-after-write: no __syncthreads()",
+                  "first:  thread 0 (warp 0, lane 0): cp.async (landed at its wait_group) at " + at(store_line),
+                  "then:   thread 32 (warp 1, lane 0): load"});
+    CHECK(race_of([] { copy_then_load(true, true, false); }).empty());  // a thread's own copy needs only its wait
+    for (int t = 0; t < 64; ++t) CHECK(seen[t] == 1000u + 4 * t);
+    CHECK(race_of([] { copy_then_load(false, true, true); }).empty());
+    for (int t = 32; t < 64; ++t) CHECK(seen[t] == 1000u + 4 * (t - 32));
+}
+
+TEST_CASE("emulator races: a stage refilled while another warp still reads it", "[cpu][common][emulator]") {
+    std::string report;  // each race is run before its checks: the kernels set load_line, store_line
+    report = race_of([] { read_stage_then_refill(1, false); });
+    check_report(report,
+                 {"write-after-read: no __syncthreads()", "bytes 496..511 ",
+                  "first:  warp 1 (all lanes): ldmatrix at " + at(load_line) + ", after __syncthreads #1",
+                  "then:   thread 31 (warp 0, lane 31): cp.async at " + at(store_line) + ", after __syncthreads #1"});
+    report = race_of([] { read_stage_then_refill(0, false); });
+    check_report(report,
+                 {"read-after-write: no __syncthreads()",
+                  "first:  thread 63 (warp 1, lane 31): cp.async (landed at its wait_group) at " + at(store_line),
+                  "then:   warp 0 (all lanes): ldmatrix at " + at(load_line)});
+    for (int reader : {0, 1}) {
+        CHECK(race_of([=] { read_stage_then_refill(reader, true); }).empty());
+        // register 0 of lane 0: elements 0, 1 of row 0 (thread 0's words: 0, 0); of lane 4: of row 1 (1, 0)
+        CHECK(seen[32 * reader] == 0u);
+        CHECK(seen[32 * reader + 4] == 1u);
+    }
+}
+
+TEST_CASE("emulator races: lanes of one warp need a __syncwarp(); the launch after a race runs",
+          "[cpu][common][emulator]") {
+    std::string report;  // each race is run before its checks: the kernels set load_line, store_line
+    report = race_of([] { lanes_exchange(false); });
+    check_report(report,
+                 {"write-after-read: no __syncwarp() or __syncthreads() (lanes of one warp)",
+                  "first:  thread 0 (warp 0, lane 0): load at " + at(load_line),
+                  "then:   thread 1 (warp 0, lane 1): store at " + at(store_line)});
+    CHECK(race_of([] { lanes_exchange(true); }).empty());
+    for (int t = 0; t < 64; ++t) CHECK(seen[t] == 100u + (t / 32) * 32 + (t + 1) % 32);
+    report = race_of([] { tc::st_shared(smem_words() + 256 + threadIdx.x, 0u); });
+    check_report(report,
+                 {"shared memory: an access of 4 bytes at byte 1024 outside the block's 1024 bytes"});
 }

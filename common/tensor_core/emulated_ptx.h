@@ -76,8 +76,10 @@ void mma_m16n8k16(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_
 
 /// ldmatrix.sync.aligned.m8n8.x4.shared.b16: threads 8m..8m+7 give the addresses of rows 0..7 of
 /// matrix m; each thread receives, in register m, row lane/4, elements 2·(lane%4) and +1 of
-/// matrix m (with .trans: column lane/4, rows 2·(lane%4) and +1).
-inline void ldmatrix_x4_any(std::uint32_t (&r)[4], const void* row_address, bool trans) {
+/// matrix m (with .trans: column lane/4, rows 2·(lane%4) and +1). The warp reads the 32 rows
+/// together: each lane records its row, as read by the warp, when it reaches the instruction.
+inline void ldmatrix_x4_any(std::uint32_t (&r)[4], const void* row_address, bool trans, const char* file, int line) {
+    emu::shared_read(row_address, 16, emu::Access::kLdmatrix, file, line);
     const void* const* rows = emu::exchange(row_address);
     const int lane = emu::lane(), g = lane / 4, t = lane % 4;
     auto at = [&](int m, int row, int col) {
@@ -86,21 +88,41 @@ inline void ldmatrix_x4_any(std::uint32_t (&r)[4], const void* row_address, bool
     for (int m = 0; m < 4; ++m)
         r[m] = trans ? at(m, 2 * t, g) | (at(m, 2 * t + 1, g) << 16) : at(m, g, 2 * t) | (at(m, g, 2 * t + 1) << 16);
 }
-inline void ldmatrix_x4(std::uint32_t (&r)[4], const void* row_address) { ldmatrix_x4_any(r, row_address, false); }
-inline void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row_address) {
-    ldmatrix_x4_any(r, row_address, true);
+inline void ldmatrix_x4(std::uint32_t (&r)[4], const void* row_address, const char* file = __builtin_FILE(),
+                        int line = __builtin_LINE()) {
+    ldmatrix_x4_any(r, row_address, false, file, line);
+}
+inline void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row_address, const char* file = __builtin_FILE(),
+                              int line = __builtin_LINE()) {
+    ldmatrix_x4_any(r, row_address, true, file, line);
 }
 
-inline void cp_async_16(void* smem, const void* gmem) { emu::cp_async_16(smem, gmem); }
+inline void cp_async_16(void* smem, const void* gmem, const char* file = __builtin_FILE(),
+                        int line = __builtin_LINE()) {
+    emu::cp_async_16(smem, gmem, file, line);
+}
 /// Source size 0 when !valid: the 16 bytes become zeros when the group completes, as on the GPU.
-inline void cp_async_16_zfill(void* smem, const void* gmem, bool valid) {
+inline void cp_async_16_zfill(void* smem, const void* gmem, bool valid, const char* file = __builtin_FILE(),
+                              int line = __builtin_LINE()) {
     static const std::uint32_t zeros[4] = {};
-    emu::cp_async_16(smem, valid ? gmem : zeros);
+    emu::cp_async_16(smem, valid ? gmem : zeros, file, line);
 }
 inline void cp_async_commit() { emu::cp_async_commit(); }
 template <int Pending>
 void cp_async_wait() {
     emu::cp_async_wait(Pending);
+}
+
+/// A plain load or store of shared memory (ptx.cuh), recorded in the emulator's shadow first.
+template <class V>
+V ld_shared(const V* p, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    emu::shared_read(p, sizeof(V), emu::Access::kLoad, file, line);
+    return *p;
+}
+template <class V>
+void st_shared(V* p, const V& value, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    emu::shared_write(p, sizeof(V), emu::Access::kStore, file, line);
+    *p = value;
 }
 
 /// ex2.approx.ftz.f32 (to within its 2^-22: the emulator uses the exact 2^x).

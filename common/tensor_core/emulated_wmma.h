@@ -2,9 +2,13 @@
 /// @brief The few nvcuda::wmma calls of chapter 7's variant 1, for the CPU emulator (emulator.h).
 ///
 /// WMMA leaves the distribution of a fragment over the lanes unspecified, so the emulator picks
-/// the simplest one: every lane holds the whole 16×16 tile. Loads and stores are then per lane,
-/// and the kernel's __syncwarp() calls are what make another lane's stores visible, as on a GPU.
+/// the simplest one: every lane holds the whole 16×16 tile. Loads and stores are then per lane;
+/// in shared memory the race check (emulator.h) counts each as one access of the whole warp, so
+/// only a __syncwarp() orders it with the lanes' own loads and stores, as on a GPU.
 #pragma once
+
+#include <cstddef>
+#include <type_traits>
 
 #include "emulator.h"
 
@@ -23,8 +27,27 @@ struct fragment {
     float v[16][16];
 };
 
+namespace detail {
+/// The 16 runs of 16 elements a 16×16 tile at p (leading dimension ldm) covers, recorded as one
+/// access of the warp when p is in shared memory (a fragment may also come from global memory).
+/// Lane 0 records it: every lane of the warp makes it between the same two barriers of the warp,
+/// so one lane's record is the warp's.
+template <class T>
+void record_tile(const T* p, unsigned ldm, bool write, const char* file, int line) {
+    if (::tc::emu::lane() != 0 || !::tc::emu::in_shared(p)) return;
+    for (int r = 0; r < 16; ++r) {
+        if (write)
+            ::tc::emu::shared_write(p + r * ldm, 16 * sizeof(T), ::tc::emu::Access::kWmmaStore, file, line);
+        else
+            ::tc::emu::shared_read(p + r * ldm, 16 * sizeof(T), ::tc::emu::Access::kWmmaLoad, file, line);
+    }
+}
+}  // namespace detail
+
 template <class Use, class T, class Layout>
-void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm,
+                      const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    detail::record_tile(p, ldm, false, file, line);
     for (int r = 0; r < 16; ++r)
         for (int c = 0; c < 16; ++c)
             f.v[r][c] = float(std::is_same<Layout, col_major>::value ? p[c * ldm + r] : p[r * ldm + c]);
@@ -49,7 +72,8 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix
 }
 
 inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm,
-                              layout_t layout) {
+                              layout_t layout, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    detail::record_tile(p, ldm, true, file, line);
     for (int r = 0; r < 16; ++r)
         for (int c = 0; c < 16; ++c) (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.v[r][c];
 }

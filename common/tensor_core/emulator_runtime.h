@@ -1,16 +1,18 @@
 /// @file emulator_runtime.h
 /// @brief The CPU emulator's runtime (declared in emulator.h, which includes this file): fibers,
-/// warp collectives, __syncthreads, deferred cp.async. Header-only (inline): the one state is
-/// shared by every translation unit that emulates kernels.
+/// warp collectives, __syncthreads, deferred cp.async, each told to the race check
+/// (emulator_shadow.h). Header-only (inline): the one state is shared by every translation unit
+/// that emulates kernels.
 #pragma once
-
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "emulator_shadow.h"
 #include "fiber_switch.h"
 
 namespace tc::emu {
@@ -20,7 +22,12 @@ namespace detail {
 inline constexpr std::size_t kStackBytes = 256 * 1024;  // kernels keep their "registers" on this stack
 inline constexpr std::size_t kMaxDeposit = 64;          // bytes one lane hands to a collective
 
-using Copy = std::pair<void*, const void*>;
+/// A cp.async in flight: 16 bytes from src to dst, issued at the shadow's site `site`.
+struct Copy {
+    void* dst;
+    const void* src;
+    std::uint16_t site;
+};
 
 struct Fiber {
     Context context;  // where the fiber stopped (fiber_switch.h)
@@ -36,6 +43,7 @@ struct Warp {
     unsigned long generation = 0;  // completed collectives; deposits alternate between two buffers
     std::size_t bytes = 0;
     unsigned char deposits[2][32 * kMaxDeposit];
+    unsigned long synced = ~0ul;  // the generation of the last __syncwarp told to the shadow
 };
 
 struct State {
@@ -50,6 +58,8 @@ struct State {
     Fiber* current = nullptr;
     const std::function<void()>* body = nullptr;
     unsigned long events = 0;  // arrivals, completions and exits: progress, for deadlock detection
+    Shadow shadow;     // the race check
+    std::string race;  // the first race's report: the block stops, then launch() throws it
 };
 
 inline State& state() {
@@ -84,8 +94,9 @@ inline void run_block() {
         f.open.clear();
         make_context(f.context, f.stack.data(), f.stack.size(), fiber_main);
     }
-    for (Warp& w : s.warps) w.arrived = 0, w.generation = 0;
+    for (Warp& w : s.warps) w.arrived = 0, w.generation = 0, w.synced = ~0ul;
     s.block_arrived = 0;
+    s.shadow.begin_block(first->ids.block_idx);
     for (;;) {
         bool all_done = true;
         const unsigned long before = s.events;
@@ -94,12 +105,29 @@ inline void run_block() {
             all_done = false;
             s.current = f;
             switch_to(s.scheduler, f->context);
+            if (!s.race.empty()) break;  // a race stops the block: its fibers are never resumed
         }
         s.current = nullptr;
-        if (all_done) return;
+        if (all_done || !s.race.empty()) return;
         if (s.events == before)
             trap("deadlock: every thread waits at a collective or __syncthreads that not all threads reach");
     }
+}
+
+/// Stops the block at a race: the scheduler never resumes this fiber, and launch() throws.
+[[noreturn]] inline void stop(const std::string& report) {
+    state().race = report;
+    for (;;) yield();
+}
+
+/// Checks and records the running thread's access of `bytes` at p (its warp's, for ldmatrix and
+/// wmma), made at file:line; returns its Mark.
+inline Mark record(const void* p, std::size_t bytes, Mode mode, Access how, const char* file, int line) {
+    State& s = state();
+    const bool collective = how == Access::kLdmatrix || how == Access::kWmmaLoad || how == Access::kWmmaStore;
+    const Mark me = s.shadow.mark(int(current().ids.thread_idx.x), collective, how, file, line);
+    if (!s.shadow.access(p, bytes, mode, me)) stop(s.shadow.report());
+    return me;
 }
 
 }  // namespace detail
@@ -115,6 +143,7 @@ inline void sync_block() {
     if (++s.block_arrived == s.threads) {
         s.block_arrived = 0;
         ++s.block_generation;
+        s.shadow.barrier();
         return;
     }
     while (s.block_generation == generation) detail::yield();
@@ -142,7 +171,30 @@ inline const unsigned char* warp_exchange(const void* in, std::size_t bytes) {
     return buffer;
 }
 
-inline void cp_async_16(void* smem, const void* gmem) { detail::current().open.push_back({smem, gmem}); }
+inline void sync_warp() {
+    detail::State& s = detail::state();
+    detail::Warp& w = s.warps[detail::current().ids.thread_idx.x / 32];
+    const unsigned long generation = w.generation;
+    const int none = 0;
+    warp_exchange(&none, sizeof none);
+    // the first lane to leave tells the shadow, before any lane's access after the barrier
+    if (w.synced != generation) w.synced = generation, s.shadow.warp_barrier(int(&w - s.warps.data()));
+}
+
+inline bool in_shared(const void* p) { return detail::state().shadow.contains(p); }
+
+inline void shared_read(const void* p, std::size_t bytes, Access how, const char* file, int line) {
+    detail::record(p, bytes, detail::Mode::kRead, how, file, line);
+}
+
+inline void shared_write(const void* p, std::size_t bytes, Access how, const char* file, int line) {
+    detail::record(p, bytes, detail::Mode::kWrite, how, file, line);
+}
+
+inline void cp_async_16(void* smem, const void* gmem, const char* file, int line) {
+    const detail::Mark me = detail::record(smem, 16, detail::Mode::kFill, Access::kCpAsync, file, line);
+    detail::current().open.push_back({smem, gmem, me.site});
+}
 
 inline void cp_async_commit() {
     detail::Fiber& f = detail::current();
@@ -152,8 +204,12 @@ inline void cp_async_commit() {
 
 inline void cp_async_wait(int pending) {
     detail::Fiber& f = detail::current();
+    detail::Shadow& shadow = detail::state().shadow;
     while (int(f.committed.size()) > pending) {
-        for (const detail::Copy& c : f.committed.front()) std::memcpy(c.first, c.second, 16);
+        for (const detail::Copy& c : f.committed.front()) {
+            std::memcpy(c.dst, c.src, 16);
+            shadow.land(c.dst, shadow.landing(int(f.ids.thread_idx.x), c.site));
+        }
         f.committed.erase(f.committed.begin());
     }
 }
@@ -171,6 +227,7 @@ inline void launch(dim3 grid, dim3 block, unsigned char* smem, std::size_t smem_
         trap("launch: blocks of whole warps in x only");
     if (smem_bytes > kMaxSmemBytes) trap("launch: more dynamic shared memory than a block can have");
     s.body = &body;
+    s.shadow.attach(smem, smem_bytes, int(block.x / 32));
     if (s.pool.size() < block.x) s.pool.resize(block.x);
     s.threads = int(block.x);
     s.warps.resize(block.x / 32);
@@ -187,6 +244,10 @@ inline void launch(dim3 grid, dim3 block, unsigned char* smem, std::size_t smem_
                 std::memset(smem, 0xFF, smem_bytes);  // NaN in fp16/bf16: unwritten reads show
                 for (unsigned t = 0; t < block.x; ++t) s.pool[t].ids.block_idx = make_uint3(x, y, z);
                 detail::run_block();
+                if (!s.race.empty()) {
+                    s.body = nullptr;
+                    throw Race(std::exchange(s.race, std::string()));
+                }
             }
     s.body = nullptr;
 }

@@ -1,6 +1,7 @@
 /// @file ptx.cuh
 /// @brief The few PTX instructions the tensor-core kernels use (chapter 7 onward), each in one
-/// small function (mma.sync, ldmatrix, cp.async, ex2), plus the 16-bit packing of two floats.
+/// small function (mma.sync, ldmatrix, cp.async, ex2), plus the 16-bit packing of two floats and
+/// the plain loads and stores of shared memory (ld_shared, st_shared).
 ///
 /// Everything here needs compute capability 8.0 (bf16 mma, cp.async); the callers compile their
 /// bodies only for `__CUDA_ARCH__ >= 800` (FA_TC_SM80, build.h). The emulated build gets the same
@@ -94,6 +95,18 @@ __device__ __forceinline__ void cp_async_wait() {
 
 /// 2^x with the hardware approximation (MUFU.EX2, relative error about 2^-22; 2^-inf = 0).
 using fa::fast_exp2;
+
+/// `*p` on shared memory. On the GPU nothing but the load; the kernels route every plain access of
+/// shared memory through these two so that the emulator sees it (its race check, emulator.h).
+template <class V>
+__device__ __forceinline__ V ld_shared(const V* p) {
+    return *p;
+}
+/// `*p = value` on shared memory (see ld_shared).
+template <class V>
+__device__ __forceinline__ void st_shared(V* p, const V& value) {
+    *p = value;
+}
 
 #endif  // FA_TC_SM80 && !FA_TC_EMULATE
 

@@ -52,9 +52,9 @@ __device__ __forceinline__ void load_tile_columns(uint16_t* tile, const uint16_t
         if constexpr (How == Copy::kAsync) {
             cp_async_16_zfill(d, valid ? src + k * kRowsPerPass * D : head, valid);
         } else if (valid) {
-            *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(src + k * kRowsPerPass * D);
+            st_shared(reinterpret_cast<uint4*>(d), *reinterpret_cast<const uint4*>(src + k * kRowsPerPass * D));
         } else {
-            *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+            st_shared(reinterpret_cast<uint4*>(d), make_uint4(0, 0, 0, 0));
         }
     }
     if constexpr (Col0 + kCols < D)

@@ -26,7 +26,7 @@ inline namespace FA_TC_KERNELS {
 /// Step 2: the 32 bits at (row, col), (row, col + 1) of a row-major tile (col even).
 template <class Cfg>
 __device__ __forceinline__ uint32_t pair_at(const uint16_t* tile, int row, int col) {
-    return *reinterpret_cast<const uint32_t*>(tile + tc::row_major(row, col, Cfg::D));
+    return tc::ld_shared(reinterpret_cast<const uint32_t*>(tile + tc::row_major(row, col, Cfg::D)));
 }
 
 /// A fragment (16 rows × 16 k) of the Q tile: rows r0.., columns 16kk...
@@ -77,7 +77,8 @@ __device__ __forceinline__ void load_v_frags(uint32_t (&b)[2][2], const uint16_t
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int key = 16 * kk + tc::frag_b_row(lane, r, 0), d = 16 * dd + 8 * h + tc::frag_b_col(lane);
-                const uint32_t lo = Vs[tc::row_major(key, d, Cfg::D)], hi = Vs[tc::row_major(key + 1, d, Cfg::D)];
+                const uint32_t lo = tc::ld_shared(Vs + tc::row_major(key, d, Cfg::D));
+                const uint32_t hi = tc::ld_shared(Vs + tc::row_major(key + 1, d, Cfg::D));
                 b[h][r] = lo | (hi << 16);
             }
     }

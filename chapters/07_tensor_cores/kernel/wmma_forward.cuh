@@ -98,15 +98,15 @@ __global__ void __launch_bounds__(WmmaTiles<D>::kThreads) wmma_kernel(const FwdP
         };
         float mx = -INFINITY;
         for (int c = 0; c < Bc / 2; ++c)
-            if (visible(c)) mx = fmaxf(mx, s_row[c] * p.scale);
+            if (visible(c)) mx = fmaxf(mx, tc::ld_shared(s_row + c) * p.scale);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         const float m_new = fmaxf(m, mx);  // finite: tile 0 holds key 0, seen by every row
         const float alpha = expf(m - m_new);
         float sum = 0.0f;
         T* p_row = Pw + r * Bc + h * (Bc / 2);
         for (int c = 0; c < Bc / 2; ++c) {
-            const float pc = visible(c) ? expf(s_row[c] * p.scale - m_new) : 0.0f;
-            p_row[c] = T(pc);
+            const float pc = visible(c) ? expf(tc::ld_shared(s_row + c) * p.scale - m_new) : 0.0f;
+            tc::st_shared(p_row + c, T(pc));
             sum += pc;
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(WmmaTiles<D>::kThreads) wmma_kernel(const FwdP
         __syncwarp();
         const float* pv_row = Sw + r * LDS + h * (D / 2);
         #pragma unroll
-        for (int c = 0; c < D / 2; ++c) O[c] += pv_row[c];
+        for (int c = 0; c < D / 2; ++c) O[c] += tc::ld_shared(pv_row + c);
         __syncwarp();  // the scratch is overwritten by the next tile's S
     }
 

@@ -144,8 +144,8 @@ __device__ __forceinline__ void p_and_ds(float (&St)[MT][Cfg::kSub / 8][4], floa
             #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int q = 8 * n + tc::frag_c_col(lane, i);
-                const float P = tc::fast_exp2(St[mt][n][i] * scale_log2 - L2s[q]);  // line 11
-                dPt[mt][n][i] = P * (dPt[mt][n][i] - Dis[q]);                        // line 14
+                const float P = tc::fast_exp2(St[mt][n][i] * scale_log2 - tc::ld_shared(L2s + q));  // line 11
+                dPt[mt][n][i] = P * (dPt[mt][n][i] - tc::ld_shared(Dis + q));                        // line 14
                 St[mt][n][i] = P;
             }
 }
@@ -178,7 +178,7 @@ __device__ __forceinline__ void store_a_frags(uint16_t* tile, const uint32_t (&a
             for (int r = 0; r < 4; ++r) {
                 const int at = Cfg::kLdmatrix ? tc::swizzled_a_frag_offset(half[r / 2], mt, kk, r, Cfg::Br)
                                               : half[r / 2] + 16 * kk + (16 * mt + 8 * (r % 2)) * Cfg::Br;
-                *reinterpret_cast<uint32_t*>(tile + at) = a[mt][kk][r];
+                tc::st_shared(reinterpret_cast<uint32_t*>(tile + at), a[mt][kk][r]);
             }
 }
 
@@ -218,7 +218,7 @@ __device__ __forceinline__ void load_row_vector(float* dst, const float* src, in
     if constexpr (How == tc::Copy::kAsync)
         tc::cp_async_16(dst + 4 * c, src + 4 * c);
     else
-        *reinterpret_cast<float4*>(dst + 4 * c) = *reinterpret_cast<const float4*>(src + 4 * c);
+        tc::st_shared(reinterpret_cast<float4*>(dst + 4 * c), *reinterpret_cast<const float4*>(src + 4 * c));
 }
 
 #endif  // FA_TC_SM80

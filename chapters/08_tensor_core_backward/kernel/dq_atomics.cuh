@@ -51,7 +51,8 @@ __device__ __forceinline__ void load_ds_frag(uint32_t (&a)[4], const uint16_t* d
         #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const int q = 16 * mt + tc::frag_a_row(lane, r), key = 16 * kk + tc::frag_a_col(lane, r, 0);
-            const uint32_t lo = dSt[tc::row_major(key, q, Cfg::Br)], hi = dSt[tc::row_major(key + 1, q, Cfg::Br)];
+            const uint32_t lo = tc::ld_shared(dSt + tc::row_major(key, q, Cfg::Br));
+            const uint32_t hi = tc::ld_shared(dSt + tc::row_major(key + 1, q, Cfg::Br));
             a[r] = lo | (hi << 16);
         }
     }

@@ -114,8 +114,8 @@ __device__ __forceinline__ void load_paged_kv(uint16_t* K_tile, uint16_t* V_tile
             tc::cp_async_16(dK, p.K + at);
             tc::cp_async_16(dV, p.V + at);
         } else {
-            *reinterpret_cast<uint4*>(dK) = make_uint4(0, 0, 0, 0);
-            *reinterpret_cast<uint4*>(dV) = make_uint4(0, 0, 0, 0);
+            tc::st_shared(reinterpret_cast<uint4*>(dK), make_uint4(0, 0, 0, 0));
+            tc::st_shared(reinterpret_cast<uint4*>(dV), make_uint4(0, 0, 0, 0));
         }
     }
 }
@@ -146,17 +146,18 @@ __device__ __forceinline__ void write_row(const DecodeParams& p, const float* Ow
     constexpr int D = Cfg::D, kThreadsPerRow = Cfg::kThreads / kQRows, kCols = D / (4 * kThreadsPerRow);
     ch2::OnlineState state;
     #pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) state.merge(ch2::OnlineState{Mw[w * kQRows + row], lw[w * kQRows + row]});
+    for (int w = 0; w < Cfg::kWarps; ++w)
+        state.merge(ch2::OnlineState{tc::ld_shared(&Mw[w * kQRows + row]), tc::ld_shared(&lw[w * kQRows + row])});
     float weight[Cfg::kWarps];
     #pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) weight[w] = state.prob(Mw[w * kQRows + row]);
+    for (int w = 0; w < Cfg::kWarps; ++w) weight[w] = state.prob(tc::ld_shared(&Mw[w * kQRows + row]));
     #pragma unroll
     for (int k = 0; k < kCols; ++k) {
         const int col = c0 + 4 * kThreadsPerRow * k;
         float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         #pragma unroll
         for (int w = 0; w < Cfg::kWarps; ++w) {
-            const float4 v = *reinterpret_cast<const float4*>(Ow + (w * kQRows + row) * D + col);
+            const float4 v = tc::ld_shared(reinterpret_cast<const float4*>(Ow + (w * kQRows + row) * D + col));
             o[0] += weight[w] * v.x, o[1] += weight[w] * v.y, o[2] += weight[w] * v.z, o[3] += weight[w] * v.w;
         }
         if (partial) {
@@ -379,11 +380,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
     for (int h = 0; h < 2; ++h) {
         const int row = tc::frag_c_row(lane, 2 * h);
         const float l = fa::group_sum<4>(st.l[0][h]);  // chapter 7, step 5: l reduced over the quad once
-        if (tc::lane_in_group(lane) == 0) Mw[warp * kQRows + row] = st.m[0][h] * p.scale, lw[warp * kQRows + row] = l;
+        if (tc::lane_in_group(lane) == 0)
+            tc::st_shared(&Mw[warp * kQRows + row], st.m[0][h] * p.scale), tc::st_shared(&lw[warp * kQRows + row], l);
         #pragma unroll
         for (int d = 0; d < D / 8; ++d)
-            *reinterpret_cast<float2*>(Ow + (warp * kQRows + row) * D + 8 * d + tc::frag_c_col(lane, 2 * h)) =
-                make_float2(O[0][d][2 * h], O[0][d][2 * h + 1]);
+            tc::st_shared(reinterpret_cast<float2*>(Ow + (warp * kQRows + row) * D + 8 * d + tc::frag_c_col(lane, 2 * h)),
+                          make_float2(O[0][d][2 * h], O[0][d][2 * h + 1]));
     }
     __syncthreads();
 
@@ -408,12 +410,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
     if (threadIdx.x == 0) {
         int* counter = p.counters + std::size_t(b) * gridDim.y + blockIdx.y;
         __threadfence();
-        *last = atomicAdd(counter, 1) == splits_of(len, p.q_len, p.chunk) - 1;
-        if (*last) *counter = 0;  // ready for the next launch
+        tc::st_shared(last, int(atomicAdd(counter, 1) == splits_of(len, p.q_len, p.chunk) - 1));
+        if (tc::ld_shared(last)) *counter = 0;  // ready for the next launch
         __threadfence();
     }
     __syncthreads();
-    if (*last)
+    if (tc::ld_shared(last))
         combine_row<T, D, kThreadsPerRow>(p, real_row ? out_row : row0 + r0,
                                           real_row ? splits_of(len, p.q_len, p.chunk) : 0,
                                           int(threadIdx.x) % kThreadsPerRow);
