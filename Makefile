@@ -23,7 +23,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/de
 # machine that cannot run them needs (the build proves they compile, the CPU emulator runs them).
 # ARCH=all builds the fat binary that runs everywhere the course does: sm_75, sm_80 (whose code
 # sm_86 and sm_89 run as it is: same major version), sm_90, and PTX for what comes after.
-# Chapter 9 is always built for sm_90a (below).
+# Chapters 9 and 11 are always built for sm_90a (below).
 GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .' | grep -E '^[0-9]+$$')
 ARCH_GIVEN := $(if $(filter command line environment,$(origin ARCH)),$(ARCH))
 ifeq ($(ARCH),)
@@ -67,6 +67,7 @@ USES_7 :=
 USES_8 := 2 3 4 5 6 7
 USES_9 := 7
 USES_10 :=
+USES_11 := 2 3 4 5 6 7 8 9
 
 main_src = $(wildcard $(call dir_of,$(1))/main.cu $(call dir_of,$(1))/main.cpp)
 lib_srcs = $(filter-out %/main.cu %/main.cpp,$(shell find $(call dir_of,$(1)) -name '*.cu' -o -name '*.cpp' | sort))
@@ -141,9 +142,11 @@ $(BUILD)/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D) && rm -f $@
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-# Chapter 9's kernels use wgmma and setmaxnreg, which exist for sm_90a only: its objects are built
+# Chapters 9 and 11 use wgmma and setmaxnreg, which exist for sm_90a only: their objects are built
 # for that target alone, whatever ARCH says (the other chapters keep theirs).
-$(BUILD)/chapters/09_hopper/%.o: NVCCFLAGS := $(subst $(GENCODE),-gencode arch=compute_90a$(comma)code=sm_90a,$(NVCCFLAGS))
+SM90A_FLAGS = $(subst $(GENCODE),-gencode arch=compute_90a$(comma)code=sm_90a,$(NVCCFLAGS))
+$(BUILD)/chapters/09_hopper/%.o: NVCCFLAGS := $(SM90A_FLAGS)
+$(BUILD)/chapters/11_hopper_backward/%.o: NVCCFLAGS := $(SM90A_FLAGS)
 
 $(BUILD)/%.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(@D) && rm -f $@
@@ -209,7 +212,7 @@ clean-exercises:
 # BENCH_TIMEOUT (seconds per run), BENCH_OUT=file; BENCH_DRY_RUN=1 prints the commands only.
 # Chapter 5 is always built: it writes each shape's inputs once for the other programs.
 PYTHON ?= python3
-BENCH_CHAPTERS ?= 3 4 5 6 7 8 9
+BENCH_CHAPTERS ?= 3 4 5 6 7 8 9 11
 BENCH_PROGRAMS = $(addprefix chapter,$(sort $(BENCH_CHAPTERS) 5))
 BENCH_GIVEN = $(foreach v,$(sort $(filter BENCH_%,$(.VARIABLES))),$(if $(filter command line environment,$(origin $(v))),$(v)='$($(v))'))
 BENCH_FLAGS = --chapters "$(BENCH_CHAPTERS)" $(if $(BENCH_D),--dims "$(BENCH_D)") \
@@ -246,11 +249,12 @@ help:
 	@echo "  make test-chapterN   build and run one chapter's tests (what to rerun after editing its kernel)"
 	@echo "                       TEST_ARGS='[cpu]' (or any Catch2 test spec) narrows a run"
 	@echo "  make test-chapterN VARIANT=k  only the tests of kernel variant (ladder step) k: chapters 5, 7,"
-	@echo "                       8, 9 and 10 (with the emulator of chapters 7, 8, 10 also without a GPU)"
+	@echo "                       8, 9, 10 and 11 (with the emulator of chapters 7, 8, 10 also without a GPU)"
 	@echo "                       The file to edit: chapter 1 softmax.cpp; 2-6 kernels.cu; 7"
 	@echo "                       kernel/flash_forward.cuh; 8 kernel/backward.cuh (step 6:"
 	@echo "                       kernel/backward_fa2.cuh); 9 kernel/hopper_forward.cuh (compute"
-	@echo "                       capability 9.0 only); 10 kernel/decode_attention.cuh"
+	@echo "                       capability 9.0 only); 10 kernel/decode_attention.cuh; 11"
+	@echo "                       kernel/hopper_backward.cuh (compute capability 9.0 only)"
 	@echo "  make sanitize        compute-sanitizer memcheck, racecheck, synccheck, initcheck over every"
 	@echo "                       GPU chapter's tests on small shapes, one test case per process,"
 	@echo "                       SANITIZE_JOBS (default 4) at a time (without a GPU: says so, exits 1)"

@@ -177,6 +177,25 @@ inline void save_forward_npy(const std::string& dir, const AttnProblem& p, const
     std::printf("saved q, k, v, o, l (.npy) to %s\n", dir.c_str());
 }
 
+/// save_forward_npy, and the backward's do, dq, dk, dv (B, H, N, D) beside them.
+inline void save_backward_npy(const std::string& dir, const AttnProblem& p, const std::vector<float>& O,
+                              const std::vector<float>& L, const std::vector<float>& dO, const std::vector<float>& dQ,
+                              const std::vector<float>& dK, const std::vector<float>& dV) {
+    save_forward_npy(dir, p, O, L);
+    const AttnShape& s = p.shape;
+    const std::vector<std::size_t> t4 = {std::size_t(s.B), std::size_t(s.H), std::size_t(s.N), std::size_t(s.D)};
+    try {
+        write_npy(dir + "/do.npy", dO.data(), t4);
+        write_npy(dir + "/dq.npy", dQ.data(), t4);
+        write_npy(dir + "/dk.npy", dK.data(), t4);
+        write_npy(dir + "/dv.npy", dV.data(), t4);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        std::exit(kExitFailed);
+    }
+    std::printf("saved do, dq, dk, dv (.npy) to %s\n", dir.c_str());
+}
+
 /// Query rows to check in each head: all of them when N ≤ max_rows, else the first and last row,
 /// the rows around each multiple of 64 up to the sample size, and random rows (seeded by N).
 inline std::vector<int> sample_rows(int N, int max_rows) {

@@ -17,7 +17,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,7 +24,6 @@
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -38,6 +36,7 @@
 #include "../common/dtype.h"
 #include "../common/math.h"
 #include "../common/reference.h"
+#include "gpu_wait.h"
 #include "support.h"
 
 using namespace tc::hopper;
@@ -60,29 +59,7 @@ fa::AttnProblem rounded_problem(const fa::AttnShape& s, std::uint64_t seed, doub
     return p;
 }
 
-// Waits for the kernel just launched. A planted mistake in an mbarrier's arrival count or parity,
-// or in the order of the turns, makes the kernel wait forever instead of failing a check; past
-// FA_TEST_HANG_SECONDS (default 60: the longest launch here takes milliseconds, under the
-// sanitizer seconds) the program says so and stops, since a kernel that never ends keeps the GPU.
-void finish_or_stop(const std::string& what) {
-    const char* env = std::getenv("FA_TEST_HANG_SECONDS");
-    const double limit = env != nullptr ? std::atof(env) : 60.0;
-    const auto start = std::chrono::steady_clock::now();
-    for (;;) {
-        const cudaError_t e = cudaStreamQuery(nullptr);
-        if (e == cudaSuccess) return;
-        if (e != cudaErrorNotReady) CUDA_CHECK(e);
-        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > limit) {
-            std::fprintf(stderr,
-                         "\nchapter09_test: %s did not finish within %.0f s: a barrier wait that never "
-                         "completes (a hang). Stopping the test program.\n",
-                         what.c_str(), limit);
-            std::fflush(nullptr);
-            std::_Exit(3);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-}
+void finish_or_stop(const std::string& what) { fa::test::finish_or_stop("chapter09_test", what); }
 
 // One kernel of a test: a variant and, for step 6, a tile candidate (−1: the default).
 struct Kernel {

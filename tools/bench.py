@@ -67,7 +67,8 @@ class Run:
 # one-thread-per-row kernels). Chapter 6 with no --dq runs both dQ strategies and the naive
 # backward; chapter 7's --ladder runs kernels 1 to 6 on the same inputs, one row each; chapter 8's
 # --ladder runs its kernels 1 to 6 with both dQ strategies; chapter 9's --ladder its steps 1 to 6
-# (the chapter 7 kernel it times beside them writes no row), on Hopper only (sm_90a code).
+# (the chapter 7 kernel it times beside them writes no row), on Hopper only (sm_90a code);
+# chapter 11 its step 5 (its --ladder would write chapter 8's step 6 again), on Hopper only.
 RUNS = [
     Run(3, "kernel 1", ["--kernel", "1"], repeat=5),
     Run(3, "kernel 2", ["--kernel", "2"], repeat=10),
@@ -82,6 +83,8 @@ RUNS = [
     Run(8, "fp16 backward", ["--dtype", "fp16"], repeat=10, dims=(64, 128)),
     Run(9, "bf16 ladder", ["--dtype", "bf16", "--ladder"], repeat=10, dims=(64, 128), needs_cc="9.0"),
     Run(9, "fp16 step 6", ["--dtype", "fp16", "--kernel", "6"], repeat=10, dims=(64, 128), needs_cc="9.0"),
+    Run(11, "bf16 backward step 5", ["--dtype", "bf16", "--kernel", "5"], repeat=10, dims=(64, 128), needs_cc="9.0"),
+    Run(11, "fp16 backward step 5", ["--dtype", "fp16", "--kernel", "5"], repeat=10, dims=(64, 128), needs_cc="9.0"),
 ]
 GPU_CHAPTERS = sorted({r.chapter for r in RUNS})
 

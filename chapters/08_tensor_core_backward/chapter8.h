@@ -136,4 +136,17 @@ ch7::RuleVerdict low_precision_rule(const ch6::BackwardCheck& kernel, const Mirr
 /// A tolerance to report mismatches with (the rule's largest max-abs bound); the rule decides.
 fa::Tolerance rule_tolerance(const MirrorErrors& mirror);
 
+/// Prints the reference's sample and the mirror's errors (the baseline of the 2× rule).
+void print_baseline(const ch6::SampledBackward& ref, const MirrorErrors& mirror);
+
+/// A program's check of one backward's dQ, dK, dV (host copies, as floats): printed, with the 2×
+/// rule's verdict, and the largest max-abs and relative L2 error of the three.
+struct GradientVerdict {
+    bool ok;
+    double max_abs, rel_l2;
+};
+GradientVerdict check_gradients(const ch6::SampledBackward& ref, const MirrorErrors& mirror,
+                                const std::vector<float>& dQ, const std::vector<float>& dK,
+                                const std::vector<float>& dV);
+
 }  // namespace ch8

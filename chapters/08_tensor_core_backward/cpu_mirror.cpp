@@ -8,6 +8,7 @@
 // accumulated in fp32 and rounded to T at the end. Its error against float64 is what a correct
 // 16-bit backward is expected to have; the kernels may have at most twice that (plus a floor).
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <vector>
 
@@ -154,6 +155,23 @@ fa::Tolerance rule_tolerance(const MirrorErrors& mirror) {
     double atol = 0;
     for (int i = 0; i < 3; ++i) atol = std::max(atol, 2.0 * mirror.err[i].max_abs + mirror.floor_abs[i]);
     return {atol, 0.0};
+}
+
+void print_baseline(const ch6::SampledBackward& ref, const MirrorErrors& mirror) {
+    std::printf("float64 reference at %zu rows of each head (dK, dV in %zu heads); CPU mirror vs float64:\n"
+                "  dQ max_abs %.3e rel_l2 %.3e   dK max_abs %.3e rel_l2 %.3e   dV max_abs %.3e rel_l2 %.3e\n",
+                ref.rows.size(), ref.heads.size(), mirror.err[0].max_abs, mirror.err[0].rel_l2, mirror.err[1].max_abs,
+                mirror.err[1].rel_l2, mirror.err[2].max_abs, mirror.err[2].rel_l2);
+}
+
+GradientVerdict check_gradients(const ch6::SampledBackward& ref, const MirrorErrors& mirror,
+                                const std::vector<float>& dQ, const std::vector<float>& dK,
+                                const std::vector<float>& dV) {
+    const ch6::BackwardCheck c = ch6::check_backward(ref, dQ.data(), dK.data(), dV.data(), rule_tolerance(mirror));
+    c.print();
+    const ch7::RuleVerdict v = low_precision_rule(c, mirror);
+    std::printf("%s", v.text.c_str());
+    return {v.ok, std::max({c.dQ.max_abs, c.dK.max_abs, c.dV.max_abs}), std::max({c.dQ.rel_l2, c.dK.rel_l2, c.dV.rel_l2})};
 }
 
 #define FA_CH8_MIRROR(T)                                                                                         \

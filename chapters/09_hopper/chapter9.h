@@ -63,6 +63,8 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
 /// Empty when device `d` can run the kernels (compute capability 9.0: sm_90a code runs on nothing
 /// else); otherwise one sentence saying why not.
 std::string device_unsupported_reason(const fa::DeviceInfo& d);
+/// The same for any sm_90a kernels; `whose` names them in the sentence ("chapter 11's").
+std::string sm90a_unsupported_reason(const fa::DeviceInfo& d, const char* whose);
 
 /// Registers, spills, threads, shared memory and blocks per SM of a variant (as chapter 7's).
 template <class T>

@@ -1,8 +1,6 @@
 // Chapter 9: the launch of the Hopper kernels (kernel/hopper_forward.cuh): the tensor maps of the
-// TMA (encoded by the driver, reached through the runtime so no -lcuda is needed), the shared-memory
-// limit raised once, the grid, and the device checks.
+// TMA (tensor_map.h), the shared-memory limit raised once, the grid, and the device checks.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +14,7 @@
 #include "chapter9.h"
 #include "../07_tensor_cores/kernel_table.h"
 #include "kernel/hopper_forward.cuh"
+#include "tensor_map.h"
 
 namespace ch9 {
 
@@ -70,41 +69,6 @@ dim3 grid_of(const Tiles& t, const fa::AttnShape& s) {
     if (!t.persistent) return dim3(unsigned(Tr), unsigned(s.H), unsigned(s.B));
     const std::int64_t items = std::int64_t(Tr) * s.B * s.H;  // < 2^31: Q alone would need 2^38 rows
     return dim3(unsigned(persistent_blocks(fa::sm_count(), int(items))));
-}
-
-/// cuTensorMapEncodeTiled from the driver, looked up once through the runtime.
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-        void* f = nullptr;
-        cudaDriverEntryPointQueryResult q{};
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || f == nullptr) {
-            std::fprintf(stderr, "chapter 9: the driver has no cuTensorMapEncodeTiled (CUDA 12.0+ driver needed)\n");
-            std::exit(fa::kExitNoGpu);
-        }
-        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-    }();
-    return fn;
-}
-
-/// The tensor map of a [B·H][N][D] array of T read in boxes of 64 columns × box_rows rows,
-/// 128-byte swizzled (hopper_layout.h, tma_box).
-template <class T>
-CUtensorMap tensor_map(const T* base, const fa::AttnShape& s, int box_rows) {
-    const tc::hopper::TmaBox b = tc::hopper::tma_box(std::uint64_t(s.B) * s.H, std::uint64_t(s.N), std::uint64_t(s.D),
-                                                     std::uint32_t(box_rows));
-    const cuuint32_t element_strides[3] = {1, 1, 1};
-    CUtensorMap map{};
-    const CUresult r = encode_tiled()(
-        &map, std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
-        const_cast<T*>(base), b.dims, b.strides, b.box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        std::fprintf(stderr, "chapter 9: cuTensorMapEncodeTiled failed (CUresult %d) for %s\n", int(r),
-                     s.str().c_str());
-        std::exit(fa::kExitFailed);
-    }
-    return map;
 }
 
 }  // namespace
@@ -173,15 +137,17 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
     return "";
 }
 
-std::string device_unsupported_reason(const fa::DeviceInfo& d) {
+std::string sm90a_unsupported_reason(const fa::DeviceInfo& d, const char* whose) {
     if (d.cc_major == 9 && d.cc_minor == 0) return "";
     char buf[256];
     std::snprintf(buf, sizeof buf,
-                  "%s has compute capability %d.%d; chapter 9's kernels are built for sm_90a (wgmma, TMA, "
+                  "%s has compute capability %d.%d; %s kernels are built for sm_90a (wgmma, TMA, "
                   "setmaxnreg) and run only on compute capability 9.0 (H100, H200)",
-                  d.name.c_str(), d.cc_major, d.cc_minor);
+                  d.name.c_str(), d.cc_major, d.cc_minor, whose);
     return buf;
 }
+
+std::string device_unsupported_reason(const fa::DeviceInfo& d) { return sm90a_unsupported_reason(d, "chapter 9's"); }
 
 template <class T>
 fa::KernelResources kernel_resources(int variant, int D, int candidate) {

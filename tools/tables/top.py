@@ -114,6 +114,9 @@ CHAPTERS = [
      "GPU tests and sanitizer pass; compute capability 9.0 only"),
     (10, "10_decoding", "Decoding",
      "a KV cache: split-KV with chapter 2's merge, GQA packing, a paged cache", "GPU tests and sanitizer pass"),
+    (11, "11_hopper_backward", "Backward on Hopper",
+     "Algorithm 2 on wgmma, TMA and warp specialization; dQ added by TMA reduce-add",
+     "GPU tests and sanitizer pass; compute capability 9.0 only"),
 ]
 
 
@@ -173,7 +176,7 @@ def pytorch_table():
         compare_row(PYTORCH_CH7, "ch7 6-tuned", "chapter 7, kernel 6 (`mma.sync`)", "flash", "flash (FlashAttention-2)"),
         compare_row(PYTORCH_CH7, "ch7 6-tuned", "chapter 7, kernel 6", "cudnn", "cuDNN"),
     ]
-    for n in (8, 9, 10):
+    for n in (8, 9, 10, 11):
         module = chapter_module(n)
         if module is not None and hasattr(module, "pytorch_rows"):
             rows += module.pytorch_rows()

@@ -12,8 +12,8 @@
 /// d[i][2..3] at row lane/4 + 8, columns 8i + 2(lane%4) + {0, 1}. So chapter 7's softmax, masking
 /// and packing run on it unchanged.
 ///
-/// These wrappers live in chapter 9, not in common/: no other chapter issues Hopper instructions,
-/// and they are part of what the chapter teaches.
+/// These wrappers live in chapter 9, not in common/: they are part of what the chapter teaches;
+/// chapter 11 (the backward on Hopper) includes them and adds the bulk copies it needs at the end.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -45,24 +45,30 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 // shared memory through descriptors (K-major A); _rs: A from registers (the mma.sync A fragment
 // layout per warp, rows 16w..). TransB = 0: B K-major (Kᵀ, as K is stored); 1: B MN-major (V as
 // stored). The accumulators must not be touched between the instruction and wgmma_wait.
-#define FA_WGMMA_SS_N64(TY) \
+#define FA_WGMMA_SS_N64(TY, C) \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
-                 "%32, %33, p, 1, 1, 0, %35;\n}\n" \
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransB) : "memory")
-template <class T, int TransB>
+                 "%32, %33, p, 1, 1, %36, %35;\n}\n" \
+        : C(d[0][0]), C(d[0][1]), C(d[0][2]), C(d[0][3]), \
+          C(d[1][0]), C(d[1][1]), C(d[1][2]), C(d[1][3]), \
+          C(d[2][0]), C(d[2][1]), C(d[2][2]), C(d[2][3]), \
+          C(d[3][0]), C(d[3][1]), C(d[3][2]), C(d[3][3]), \
+          C(d[4][0]), C(d[4][1]), C(d[4][2]), C(d[4][3]), \
+          C(d[5][0]), C(d[5][1]), C(d[5][2]), C(d[5][3]), \
+          C(d[6][0]), C(d[6][1]), C(d[6][2]), C(d[6][3]), \
+          C(d[7][0]), C(d[7][1]), C(d[7][2]), C(d[7][3]) \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransB), "n"(TransA) : "memory")
+template <class T, int TransB, int TransA = 0>
 __device__ __forceinline__ void wgmma_ss_n64(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    if constexpr (std::is_same_v<T, __half>) FA_WGMMA_SS_N64("f16");
-    else FA_WGMMA_SS_N64("bf16");
+    if constexpr (std::is_same_v<T, __half>) FA_WGMMA_SS_N64("f16", "+f");
+    else FA_WGMMA_SS_N64("bf16", "+f");
+}
+template <class T, int TransB, int TransA = 0>
+__device__ __forceinline__ void wgmma_ss_n64_first(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b) {
+    constexpr int scale_d = 0;
+    if constexpr (std::is_same_v<T, __half>) FA_WGMMA_SS_N64("f16", "=f");
+    else FA_WGMMA_SS_N64("bf16", "=f");
 }
 #undef FA_WGMMA_SS_N64
 
@@ -87,32 +93,38 @@ __device__ __forceinline__ void wgmma_rs_n64(float (&d)[8][4], const uint32_t (&
 }
 #undef FA_WGMMA_RS_N64
 
-#define FA_WGMMA_SS_N128(TY) \
+#define FA_WGMMA_SS_N128(TY, C) \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, " \
-                 "%64, %65, p, 1, 1, 0, %67;\n}\n" \
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
-          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
-          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
-          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), \
-          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
-          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), \
-          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
-          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
-          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransB) : "memory")
-template <class T, int TransB>
+                 "%64, %65, p, 1, 1, %68, %67;\n}\n" \
+        : C(d[0][0]), C(d[0][1]), C(d[0][2]), C(d[0][3]), \
+          C(d[1][0]), C(d[1][1]), C(d[1][2]), C(d[1][3]), \
+          C(d[2][0]), C(d[2][1]), C(d[2][2]), C(d[2][3]), \
+          C(d[3][0]), C(d[3][1]), C(d[3][2]), C(d[3][3]), \
+          C(d[4][0]), C(d[4][1]), C(d[4][2]), C(d[4][3]), \
+          C(d[5][0]), C(d[5][1]), C(d[5][2]), C(d[5][3]), \
+          C(d[6][0]), C(d[6][1]), C(d[6][2]), C(d[6][3]), \
+          C(d[7][0]), C(d[7][1]), C(d[7][2]), C(d[7][3]), \
+          C(d[8][0]), C(d[8][1]), C(d[8][2]), C(d[8][3]), \
+          C(d[9][0]), C(d[9][1]), C(d[9][2]), C(d[9][3]), \
+          C(d[10][0]), C(d[10][1]), C(d[10][2]), C(d[10][3]), \
+          C(d[11][0]), C(d[11][1]), C(d[11][2]), C(d[11][3]), \
+          C(d[12][0]), C(d[12][1]), C(d[12][2]), C(d[12][3]), \
+          C(d[13][0]), C(d[13][1]), C(d[13][2]), C(d[13][3]), \
+          C(d[14][0]), C(d[14][1]), C(d[14][2]), C(d[14][3]), \
+          C(d[15][0]), C(d[15][1]), C(d[15][2]), C(d[15][3]) \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransB), "n"(TransA) : "memory")
+template <class T, int TransB, int TransA = 0>
 __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    if constexpr (std::is_same_v<T, __half>) FA_WGMMA_SS_N128("f16");
-    else FA_WGMMA_SS_N128("bf16");
+    if constexpr (std::is_same_v<T, __half>) FA_WGMMA_SS_N128("f16", "+f");
+    else FA_WGMMA_SS_N128("bf16", "+f");
+}
+template <class T, int TransB, int TransA = 0>
+__device__ __forceinline__ void wgmma_ss_n128_first(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b) {
+    constexpr int scale_d = 0;
+    if constexpr (std::is_same_v<T, __half>) FA_WGMMA_SS_N128("f16", "=f");
+    else FA_WGMMA_SS_N128("bf16", "=f");
 }
 #undef FA_WGMMA_SS_N128
 
@@ -145,12 +157,23 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[16][4], const uint32_t 
 }
 #undef FA_WGMMA_RS_N128
 
-/// wgmma of width N (64 or 128): the one the tile needs.
-template <class T, int TransB, int N>
+/// wgmma of width N (64 or 128): the one the tile needs. TransA = 1 (chapter 11): A MN-major, its
+/// 64 rows (M) contiguous along each 128-byte row of the tile and the reduction index down the rows,
+/// described like an MN-major B (mnmajor_desc).
+template <class T, int TransB, int N, int TransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     static_assert(N == 64 || N == 128, "wgmma_ss: N is 64 or 128");
-    if constexpr (N == 64) wgmma_ss_n64<T, TransB>(d, desc_a, desc_b, scale_d);
-    else wgmma_ss_n128<T, TransB>(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 64) wgmma_ss_n64<T, TransB, TransA>(d, desc_a, desc_b, scale_d);
+    else wgmma_ss_n128<T, TransB, TransA>(d, desc_a, desc_b, scale_d);
+}
+/// d = A·B, the first k-step of a product (chapter 11): wgmma_ss with scale_d = 0, but d written
+/// only, so that the compiler need not keep d's old values in registers up to this instruction
+/// (with wgmma_ss's read-write operands they stay live from their last use, over a whole loop).
+template <class T, int TransB, int N, int TransA = 0>
+__device__ __forceinline__ void wgmma_ss_first(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b) {
+    static_assert(N == 64 || N == 128, "wgmma_ss_first: N is 64 or 128");
+    if constexpr (N == 64) wgmma_ss_n64_first<T, TransB, TransA>(d, desc_a, desc_b);
+    else wgmma_ss_n128_first<T, TransB, TransA>(d, desc_a, desc_b);
 }
 template <class T, int TransB, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
@@ -279,6 +302,30 @@ template <int Regs>
 __device__ __forceinline__ void setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
 }
+
+// ---- bulk copies without a tensor map (chapter 11) -------------------------------------------
+/// cp.async.bulk: the TMA unit copies `bytes` contiguous bytes (a multiple of 16, both addresses
+/// 16-byte aligned) from global memory into shared memory and counts them on `bar` (chapter 11's
+/// L_i and D_i row vectors: no tensor map for a plain run of floats).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+/// cp.reduce.async.bulk.tensor.3d .add (chapter 11): the TMA unit adds the box at (col, row, head)
+/// of the fp32 tensor `map` describes, from shared memory at `src` (swizzled as the map says), into
+/// global memory element by element (each add atomic); parts of the box outside the tensor (rows
+/// past N) are not added. In this thread's current bulk group, as tma_store_3d.
+__device__ __forceinline__ void tma_reduce_add_3d(const void* map, const void* src, int col, int row, int head) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(head), "r"(smem_u32(src))
+                 : "memory");
+}
+
+/// cp.async.bulk.wait_group.read 0: every bulk group of this thread has finished reading shared
+/// memory (its writes to global memory may still be on their way; tma_store_wait waits for those).
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 
 #endif  // FA_SM90A
 

@@ -61,6 +61,15 @@ FA_HOST_DEVICE constexpr std::uint64_t mnmajor_desc(std::uint32_t addr, int rows
     return make_smem_desc(addr, std::uint32_t(rows * 128), kAtomBytes, Swizzle::k128B);
 }
 
+/// fp32 tiles (chapter 11's dQ staging): a row of 32 floats is one 128-byte swizzle atom; a tile of
+/// D columns is stored as D / 32 blocks of [rows][32], one after the other, each 1024-byte aligned.
+/// The byte offset of element (row, col) of a tile of `rows` rows.
+constexpr int kAtomColsF32 = 32;
+FA_HOST_DEVICE constexpr int sw128_offset_f32(int row, int col, int rows) {
+    return (col / kAtomColsF32) * rows * 128 + row * 128 + ((((col % kAtomColsF32) / 4) ^ (row % 8)) * 16) +
+           (col % 4) * 4;
+}
+
 /// The TMA tensor map of a Q, K or V array [B·H][N][D] (16-bit, row-major) as a 3-D tensor
 /// (innermost first: d, row, head), read in boxes of 64 columns × `box_rows` rows × 1 head.
 /// Three dimensions, not one [B·H·N][D] matrix, so that a box reaching past row N of a head is
