@@ -76,7 +76,7 @@ giant=(--batch 64 --heads 64 --seq 65536 --dim 128)  # 2^35 elements per array: 
 small=(--batch 1 --heads 2 --seq 64 --dim 64)
 
 echo "-- bad input: exit status 2, whatever the machine"
-for n in 1 2 3 4 5 6 7 8 9 10; do
+for n in 1 2 3 4 5 6 7 8 9 10 11; do
   expect 2 "cannot be combined" chapter$n --repeat 3 --no-bench
   expect 2 "cannot write this file" chapter$n --csv "$tmp/missing/r.csv"
 done
@@ -109,6 +109,12 @@ expect 2 "page size 17" chapter10 --kernel 4 --page-size 17
 expect 2 "bad value '16' for --tiles" chapter10 --tiles 16
 expect 2 "unknown option '--load-npy'" chapter10 --load-npy "$tmp/fp16"
 expect 2 "GB of host memory; this machine has" chapter10 --batch 4096 --seq 4194304
+expect 2 "head dim 96 is not supported" chapter11 --dim 96
+expect 2 "tile candidate 7: only kernel 5 has candidates" chapter11 --tiles 7
+expect 2 "--tiles is a candidate of kernel 5, not of --kernel 4" chapter11 --kernel 4 --tiles 1
+expect 2 "--sweep and --tiles cannot be combined" chapter11 --sweep --tiles 0
+expect 2 "outside what chapter 8 launches" chapter11 "${giant[@]}"
+expect 2 "trailing data" chapter11 --load-npy "$tmp/trailing"
 
 echo "-- good input: exit status 0 with a GPU that runs the program, 3 ('no CUDA device') without one"
 # good STATUS-WITH-A-GPU PROGRAM ARGS...
@@ -129,6 +135,7 @@ for n in 3 4 5 6 8; do good 0 chapter$n "${small[@]}" --no-bench; done
 good 0 chapter5 --load-npy "$tmp/fp16" --no-bench
 good 0 chapter7 --load-npy "$tmp/fp16" --dtype fp16 --no-bench
 good "$([ "$cc" = 90 ] && echo 0 || echo 3)" chapter9 --load-npy "$tmp/fp16" --no-bench  # needs compute capability 9.0
+good "$([ "$cc" = 90 ] && echo 0 || echo 3)" chapter11 --load-npy "$tmp/fp16" --no-bench  # the same
 good 0 chapter10 --seq 256 --no-bench
 good 0 chapter10 --batch 3 --cache-lens 1,17,300 --no-bench
 

@@ -64,7 +64,8 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
         return buf;
     }
     // the preprocess and the conversion are chapter 8's: its limits on the shape hold here too
-    return ch8::unsupported_reason(ch8::kFa2Layout, s);
+    const std::string why = ch8::unsupported_reason(ch8::kFa2Layout, s);
+    return why.empty() ? why : "chapter 11 runs chapter 8's preprocess and dQ conversion, and " + why;
 }
 
 std::string device_unsupported_reason(const fa::DeviceInfo& d) {
