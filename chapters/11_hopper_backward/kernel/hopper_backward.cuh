@@ -411,9 +411,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         issue_grad<T, Cfg>(dK[0], dSa, q_addr);                                // line 16
 
         // line 15 through the dSᵀ tile, which both consumers write and read. Step 3: before writing
-        // it, the other consumer's line 15 of the tile before must be done reading it; step 5 writes
-        // the other buffer, which the other consumer finished reading before it wrote the one it
-        // reads now (its wgmma_wait<2> above came before its store_ds of the tile before).
+        // it, the other consumer's line 15 of the tile before must be done reading it. Step 5
+        // writes buffer n mod 2, last read by the other consumer's line 15 of tile n − 2, which it
+        // waited for before it met this one at the barrier of tile n − 1.
         if constexpr (Cfg::kProducer && Cfg::kDsBuffers == 1) named_barrier_sync(kDsFreeBarrier, kConsumerThreads);
         store_ds<Cfg>(dS_n, dSa, c, wi, ln);
         // lines 12 and 16 finish before line 15 starts: Pᵀ and dSᵀ, their A operands, stay in
