@@ -70,6 +70,8 @@ USES_10 :=
 USES_11 := 2 3 4 5 6 7 8 9
 
 main_src = $(wildcard $(call dir_of,$(1))/main.cu $(call dir_of,$(1))/main.cpp)
+# make chapterN.ptx: chapters 9 and 11 exist for sm_90a only (wgmma, setmaxnreg)
+ptx_arch = $(if $(filter 9 11,$(1)),compute_90a,$(PTX_ARCH))
 lib_srcs = $(filter-out %/main.cu %/main.cpp,$(shell find $(call dir_of,$(1)) -name '*.cu' -o -name '*.cpp' | sort))
 lib_objs = $(call obj,$(call lib_srcs,$(1)))
 link_objs = $(call lib_objs,$(1)) $(foreach u,$(USES_$(1)),$(call lib_objs,$(u)))
@@ -122,8 +124,13 @@ chapter$(1).sass: $(call lib_objs,$(1))
 	$(CUOBJDUMP) -sass $$^ > $$@
 	@echo "wrote $$@ (SASS of $$^)"
 chapter$(1).ptx: $(filter %.cu,$(call lib_srcs,$(1)))
-	$(NVCC) -std=c++17 -O3 -lineinfo -arch=$(PTX_ARCH) -ptx $$^ -o $$@
-	@echo "wrote $$@ (PTX for $(PTX_ARCH))"
+	@rm -f $$@ $$@.part
+	@for f in $$^; do \
+	  echo "$(NVCC) -std=c++17 -O3 -lineinfo -arch=$(call ptx_arch,$(1)) -ptx $$$$f"; \
+	  $(NVCC) -std=c++17 -O3 -lineinfo -arch=$(call ptx_arch,$(1)) -ptx $$$$f -o $$@.part || exit 1; \
+	  { echo "// ===== $$$$f"; cat $$@.part; } >> $$@; \
+	done; rm -f $$@.part
+	@echo "wrote $$@ (PTX for $(call ptx_arch,$(1)), one section per source file)"
 endef
 $(foreach n,$(CHAPTERS),$(eval $(call CHAPTER_RULES,$(n))))
 
@@ -266,7 +273,7 @@ help:
 	@echo "                       cpu ones; CHECK_EXERCISES_ONLY=\"5:2 7\" picks some, EXERCISES_JOBS=N)"
 	@echo "Reading what the compiler made"
 	@echo "  make chapterN.sass   SASS of a chapter's kernels (cuobjdump)"
-	@echo "  make chapterN.ptx    PTX of a chapter's kernels (for $(PTX_ARCH))"
+	@echo "  make chapterN.ptx    PTX of a chapter's kernels (for $(PTX_ARCH); chapters 9, 11: compute_90a)"
 	@echo "Benchmarks (docs/benchmarks.md)"
 	@echo "  make bench           every GPU chapter over one grid of shapes -> results/<gpu>-<date>.csv"
 	@echo "                       BENCH_CHAPTERS, BENCH_D, BENCH_N, BENCH_CAUSAL, BENCH_REPEAT narrow it;"
