@@ -65,14 +65,16 @@ TEST_CASE("step configurations: threads, shared-memory regions in order and alig
     check_config<ch11::LadderConfig<2, 64>>();
     check_config<ch11::LadderConfig<3, 64>>();
     check_config<ch11::LadderConfig<4, 64>>();
-    check_config<ch11::BwdConfig<5, 64, 128, 2, false>>();
-    check_config<ch11::BwdConfig<5, 64, 128, 2, true>>();
+    check_config<ch11::BwdConfig<5, 64, 128, 2, ch11::kAfterDk>>();
+    check_config<ch11::BwdConfig<5, 64, 128, 2, ch11::kUnderNextSt>>();
+    check_config<ch11::BwdConfig<5, 64, 128, 2, ch11::kBeforeDk>>();
     check_config<ch11::LadderConfig<1, 128>>();
     check_config<ch11::LadderConfig<2, 128>>();
     check_config<ch11::LadderConfig<3, 128>>();
     check_config<ch11::LadderConfig<4, 128>>();
-    check_config<ch11::BwdConfig<5, 128, 64, 2, false>>();
-    check_config<ch11::BwdConfig<5, 128, 64, 2, true>>();
+    check_config<ch11::BwdConfig<5, 128, 64, 2, ch11::kAfterDk>>();
+    check_config<ch11::BwdConfig<5, 128, 64, 2, ch11::kUnderNextSt>>();
+    check_config<ch11::BwdConfig<5, 128, 64, 2, ch11::kBeforeDk>>();
     // setmaxnreg: the producer's and consumers' registers add up to what the block was launched with
     using C = ch11::LadderConfig<3, 128>;
     CHECK(128 * C::kProducerRegs + 256 * C::kConsumerRegs == 384 * 168);
@@ -133,10 +135,12 @@ TEST_CASE("query tiles of a key block: causal skips exactly the tiles that see n
                 }
 }
 
-TEST_CASE("dQ pieces: the two consumers compute each 64 x 64 block of dQ_i once, as many each", "[cpu][chapter11]") {
+TEST_CASE("dQ pieces: the two consumers compute each 64 x 64 block of dQ_i once, as many each, and stage them in "
+          "boxes of their own", "[cpu][chapter11]") {
     for (auto [Br, D] : std::vector<std::pair<int, int>>{{64, 128}, {128, 64}, {128, 128}}) {
         INFO("B_r " << Br << " D " << D);
         std::set<std::pair<int, int>> seen;
+        std::set<int> staged;
         const int per = ch11::dq_pieces_per_consumer(Br, D);
         for (int c = 0; c < 2; ++c)
             for (int k = 0; k < per; ++k) {
@@ -146,12 +150,27 @@ TEST_CASE("dQ pieces: the two consumers compute each 64 x 64 block of dQ_i once,
                 CHECK(col >= 0);
                 CHECK(col < D / 64);
                 CHECK(seen.insert({r, col}).second);
+                // step 4's staging: each box (64 rows × 32 columns) starts 1024-byte aligned, as the
+                // TMA's 128-byte swizzle needs; consumer c's pieces lie in its half of the buffer
+                const int piece = c * per + k;
+                for (int b = 0; b < 2; ++b) CHECK(ch11::dq_stage_offset(piece, 0, 32 * b) % 1024 == 0);
+                int outside = 0;
+                for (int row = 0; row < 64; ++row)
+                    for (int j = 0; j < 64; ++j) {
+                        const int off = ch11::dq_stage_offset(piece, row, j);
+                        outside += off < c * Br * D * 2 || off >= (c + 1) * Br * D * 2;
+                        staged.insert(off);
+                    }
+                CHECK(outside == 0);
             }
         CHECK(int(seen.size()) == (Br / 64) * (D / 64));
+        CHECK(int(staged.size()) == Br * D);  // a bijection onto the B_r × D fp32 staging buffer
+        CHECK(*staged.rbegin() == Br * D * 4 - 4);
     }
 }
 
-TEST_CASE("ring of Q_i, dO_i, L_i, D_i (steps 2-4) and dQ_i's hand-off (step 4): every interleaving tried reads "
+TEST_CASE("ring of Q_i, dO_i, L_i, D_i (steps 2-4) and dQ_i's hand-off (step 4, one consumer and its dQ warp): every "
+          "interleaving tried reads "
           "each tile from its buffer, overwrites nothing unread, and leaves every barrier balanced",
           "[cpu][chapter11]") {
     std::mt19937 rng(5);
@@ -221,12 +240,11 @@ TEST_CASE("unsupported shapes, kernels and devices get one clear reason", "[cpu]
     CHECK(ch11::unsupported_reason(6, fa::make_shape(1, 1, 100, 64, false)).find("does not exist") != std::string::npos);
     CHECK(ch11::unsupported_reason(4, fa::make_shape(1, 1, 100, 96, false)).find("head dim 96") != std::string::npos);
     CHECK(ch11::unsupported_reason(5, fa::make_shape(1, 1, 100, 64, false), 1).empty());
-    CHECK(ch11::unsupported_reason(5, fa::make_shape(1, 1, 100, 64, false), 2).find("candidate 2") != std::string::npos);
+    CHECK(ch11::unsupported_reason(5, fa::make_shape(1, 1, 100, 64, false), 3).find("candidate 3") != std::string::npos);
     CHECK(ch11::unsupported_reason(4, fa::make_shape(1, 1, 100, 64, false), 0).find("only kernel 5") != std::string::npos);
-    CHECK(ch11::tuning_candidates(64).size() == 2);
+    CHECK(ch11::tuning_candidates(64).size() == 3);
     CHECK(ch11::tuning_candidates(96).empty());
-    CHECK_FALSE(ch11::tiles(5, 128, 0).pipelined_dq);
-    CHECK(ch11::tiles(5, 128, 1).pipelined_dq);
+    for (int k = 0; k < 3; ++k) CHECK(ch11::tiles(5, 128, k).line15 == k);  // Step5Tiles lists Line15's places in order
     fa::DeviceInfo ampere;
     ampere.name = "A100";
     ampere.cc_major = 8, ampere.cc_minor = 0;

@@ -34,8 +34,9 @@ std::string variant_name(int variant);
 /// The tiles of a variant at head dim D.
 struct Tiles {
     int Br, Bc, stages, threads, smem_bytes;
-    bool pipelined_dq;  ///< step 5 candidate: line 15 finishes under Sᵀ of the next query tile
-    /// "B_c x B_r = 128 x 64, 2 stages, 256 threads, 180.0 KB shared memory" (", dQ pipelined")
+    int line15;  ///< where line 15 sits among the products (kernel/bwd_hopper_config.h, Line15)
+    /// "B_c x B_r = 128 x 64, 2 stages, 256 threads, 180.0 KB shared memory" (", line 15 under the
+    /// next S^T" or ", line 15 before line 16" for step 5's other candidates)
     std::string str() const;
 };
 /// The tiles `variant` uses at head dim D; for step 5, candidate `candidate` of

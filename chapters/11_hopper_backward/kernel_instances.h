@@ -12,7 +12,7 @@ namespace ch11 {
 
 template <class T, class Cfg>
 KernelEntry entry_of() {
-    return {{Cfg::Br, Cfg::Bc, Cfg::kStages, Cfg::kThreads, Cfg::kSmemBytes, Cfg::kPipelineDq},
+    return {{Cfg::Br, Cfg::Bc, Cfg::kStages, Cfg::kThreads, Cfg::kSmemBytes, Cfg::kLine15},
             hopper_dkdv_kernel<T, Cfg>};
 }
 

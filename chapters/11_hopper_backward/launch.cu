@@ -25,8 +25,9 @@ std::string variant_name(int variant) {
 
 std::string Tiles::str() const {
     char buf[160];
+    static const char* line15_place[] = {"", ", line 15 under the next S^T", ", line 15 before line 16"};
     std::snprintf(buf, sizeof buf, "B_c x B_r = %d x %d, %d stage%s, %d threads, %.1f KB shared memory%s", Bc, Br,
-                  stages, stages > 1 ? "s" : "", threads, smem_bytes / 1024.0, pipelined_dq ? ", dQ pipelined" : "");
+                  stages, stages > 1 ? "s" : "", threads, smem_bytes / 1024.0, line15_place[line15]);
     return buf;
 }
 
@@ -88,13 +89,13 @@ void require_supported(int variant, const fa::AttnShape& s, int candidate) {
     }
 }
 
-/// The tensor map of the fp32 dQ workspace [B·H][N][D], in boxes of 32 columns × box_rows rows
-/// with the 128-byte swizzle (one fp32 row of a box is one swizzle atom: hopper_layout.h,
-/// sw128_offset_f32): what step 4's TMA reduce-adds write through.
-CUtensorMap workspace_map(float* dQacc, const fa::AttnShape& s, int box_rows) {
+/// The tensor map of the fp32 dQ workspace [B·H][N][D], in boxes of 32 columns × 64 rows with the
+/// 128-byte swizzle (one fp32 row of a box is one swizzle atom: bwd_hopper_config.h,
+/// dq_stage_offset): what step 4's TMA reduce-adds write through.
+CUtensorMap workspace_map(float* dQacc, const fa::AttnShape& s) {
     const cuuint64_t dims[3] = {cuuint64_t(s.D), cuuint64_t(s.N), cuuint64_t(s.B) * cuuint64_t(s.H)};
     const cuuint64_t strides[2] = {cuuint64_t(s.D) * 4, cuuint64_t(s.N) * cuuint64_t(s.D) * 4};
-    const cuuint32_t box[3] = {cuuint32_t(tc::hopper::kAtomColsF32), cuuint32_t(box_rows), 1};
+    const cuuint32_t box[3] = {cuuint32_t(tc::hopper::kAtomColsF32), 64, 1};
     const cuuint32_t element_strides[3] = {1, 1, 1};
     CUtensorMap map{};
     const CUresult r = ch9::encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, dQacc, dims, strides, box,
@@ -115,7 +116,7 @@ void launch_dkdv(const KernelEntry& e, const fa::AttnShape& s, const ch8::BwdTen
     fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.tiles.smem_bytes), "chapter 11 dK/dV kernel");
     const CUtensorMap mq = ch9::tensor_map(t.Q, s, e.tiles.Br), mk = ch9::tensor_map(t.K, s, e.tiles.Bc),
                       mv = ch9::tensor_map(t.V, s, e.tiles.Bc), mdo = ch9::tensor_map(t.dO, s, e.tiles.Br),
-                      mdq = workspace_map(p.dQacc, s, e.tiles.Br);
+                      mdq = workspace_map(p.dQacc, s);
     const dim3 grid(unsigned(fa::ceil_div(s.N, e.tiles.Bc)), unsigned(s.H), unsigned(s.B));
     e.kernel<<<grid, e.tiles.threads, e.tiles.smem_bytes>>>(p, mq, mk, mv, mdo, mdq);
     CUDA_CHECK_LAUNCH();

@@ -2,13 +2,13 @@
 
   ch11-ladder      steps 1-5 at N = 8192 (bf16, D = 128 and 64, causal and not) beside chapter 8's
                    step 6, each step over the one before
-  ch11-candidates  step 5's two candidates (line 15 waited for in its tile, or under the next S^T)
-  ch11-cudnn       step 5 beside PyTorch's flash (FlashAttention-2) and cuDNN backends, N = 4096 to
-                   16384, bf16 and fp16, one script on one GPU
+  ch11-candidates  step 5's three candidates (where line 15 sits among the products)
+  ch11-cudnn       step 5 beside PyTorch's flash (FlashAttention-2) and cuDNN backends, N = 8192,
+                   bf16 and fp16, on one GPU
 
-Sources: results/ch11/ladder.csv (`./chapter11 --ladder --sweep --csv`), results/ch11/shapes.csv
-(`./chapter11 --csv` at the other shapes and fp16) and tools/pytorch_backward.py's logs of the same
-run, each CSV with '# key: value' header lines.
+Sources: results/ch11/ladder.csv (`./chapter11 --ladder --sweep --csv`, bf16), results/ch11/shapes.csv
+(`./chapter11 --csv` in fp16) and tools/pytorch_backward.py's logs from the same machine, each CSV
+with '# key: value' header lines.
 """
 
 import re
@@ -19,10 +19,10 @@ DOC_DIR = "chapters/11_hopper_backward"
 N_LADDER = 8192
 LADDER = "results/ch11/ladder.csv"
 SHAPES = "results/ch11/shapes.csv"
-RUN = "results/ch11/h100-2026-11-27"
+RUN = "results/ch11/h100-2026-11-27b"
 PYTORCH = {dt: RUN + "/pytorch-%s.txt" % dt for dt in ("bf16", "fp16")}
 # step 5's default candidate per head dim (kernel/bwd_hopper_config.h, Step5Tiles)
-DEFAULTS = {128: 0, 64: 1}
+DEFAULTS = {128: 2, 64: 0}
 
 STEPS = ["1-wgmma", "2-tma", "3-warp-specialized", "4-dq-tma-reduce", "5-overlap"]
 WHAT = {
@@ -31,9 +31,10 @@ WHAT = {
     "2-tma": "Q_i, dO_i by TMA, L_i, D_i by bulk copy, into a two-stage mbarrier ring",
     "3-warp-specialized": "a producer warpgroup, `setmaxnreg` 24 / 240; the consumers meet at named barriers "
                           "and copy L_i, D_i",
-    "4-dq-tma-reduce": "dQ_i staged in shared memory, added by one warp's TMA reduce-adds instead of atomics",
-    "5-overlap": "exponentials under dPᵀ, dSᵀ under dV's product, two dSᵀ buffers (D = 64: line 15 "
-                 "pipelined)",
+    "4-dq-tma-reduce": "dQ_i staged in shared memory, added by TMA reduce-adds (a warp per consumer) instead "
+                       "of atomics",
+    "5-overlap": "exponentials under dPᵀ, dSᵀ under dV's product, two dSᵀ buffers (D = 128: line 15 between "
+                 "dV's and dK's products)",
 }
 COLUMNS = [(128, 0), (128, 1), (64, 0), (64, 1)]
 
@@ -81,7 +82,10 @@ def ladder_table():
 def candidates_table():
     header, rows = common.read_csv(LADDER)
     out = []
-    for k, what in ((0, "line 15 waited for in its own tile"), (1, "line 15 finishes under Sᵀ of the next tile")):
+    for k, what in ((0, "line 15 after lines 12 and 16, waited for in its own tile"),
+                    (1, "line 15 after lines 12 and 16, finishing under Sᵀ of the next tile"),
+                    (2, "line 15 between lines 12 and 16 (FlashAttention-3's order): dQ_i handed over while "
+                        "line 16 runs")):
         cells = ["c%d" % k, what]
         for d, c in COLUMNS:
             r = common.one(rows, "%s: 5-overlap-c%d D=%d causal=%d" % (LADDER, k, d, c), chapter=11,
@@ -123,7 +127,7 @@ def cudnn_table():
     header, shapes = common.read_csv(SHAPES)
     torch = {dt: pytorch(dt) for dt in ("bf16", "fp16")}
     out = []
-    for dtype, Ns in (("bf16", (4096, 8192, 16384)), ("fp16", (8192,))):
+    for dtype, Ns in (("bf16", (N_LADDER,)), ("fp16", (N_LADDER,))):
         for d in (128, 64):
             for c in (0, 1):
                 for n in Ns:
@@ -137,9 +141,9 @@ def cudnn_table():
                                                 % (PYTORCH[dtype], d, n, c))
                     out.append([dtype, d, n, "yes" if c else "no", "%.3f" % r["median_ms"], "%.3f" % t["cudnn"],
                                 "%.3f" % t["flash"], ratio(t["cudnn"], r["median_ms"]), ratio(t["flash"], r["median_ms"])])
-    line = (common.provenance(header, SHAPES, DOC_DIR) + " and %s (N = %d, bf16); PyTorch %s, %s, "
-            "`python3 tools/pytorch_backward.py --dtype bf16|fp16 --dims 128 64 --seqs 4096 8192 16384 --causal 0 1 "
-            "--train`, the same machine right after; B·N = 16384, H = 2048 / D; ratios of times (above 1: chapter 11 "
+    line = (common.provenance(header, SHAPES, DOC_DIR) + " (fp16) and %s (N = %d, bf16); PyTorch %s, %s, "
+            "`python3 tools/pytorch_backward.py --dtype bf16|fp16 --dims 128 64 --seqs 8192 --causal 0 1 "
+            "--train`, the same machine; B = 2, H = 2048 / D; ratios of times (above 1: chapter 11 "
             "is faster)" % (common.link(LADDER, DOC_DIR), N_LADDER, torch_version("bf16"),
                             ", ".join(common.link(PYTORCH[dt], DOC_DIR) for dt in ("bf16", "fp16"))))
     return line + "\n\n" + common.md_table(["dtype", "D", "N", "causal", "step 5 ms", "cuDNN ms", "FA2 ms",

@@ -40,6 +40,16 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+/// The first byte of `smem` (the dynamic shared memory) whose shared-memory address is a multiple
+/// of `Align`. Computed as an offset into the array, not by rounding the generic address as an
+/// integer: then the compiler still knows that pointers derived from it point into shared memory,
+/// and their plain loads and stores compile to LDS/STS with 32-bit addresses; through an integer
+/// they become generic LD/ST with 64-bit addresses (slower, and two registers per address).
+template <int Align>
+__device__ __forceinline__ unsigned char* align_shared(unsigned char* smem) {
+    return smem + ((Align - smem_u32(smem) % Align) % Align);
+}
+
 // ---- wgmma --------------------------------------------------------------------------------------
 // d (64 × N, fp32) = A (64 × 16) · B (16 × N) + (scale_d ? d : 0), asynchronously. _ss: A and B in
 // shared memory through descriptors (K-major A); _rs: A from registers (the mma.sync A fragment

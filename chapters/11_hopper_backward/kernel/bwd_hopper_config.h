@@ -46,6 +46,15 @@ FA_HOST_DEVICE constexpr int dq_piece_cols(int c, int k, int Br, int D) {
     return (c * dq_pieces_per_consumer(Br, D) + k) % (D / 64);
 }
 
+/// Step 4: where element (row, col) of piece `piece` (= c · dq_pieces_per_consumer + k, row and col
+/// within the piece, 0..63) is staged for the TMA reduce-add: piece after piece, each as two fp32
+/// blocks of [64 rows][32 columns] with the 128-byte swizzle (hopper_layout.h, sw128_offset_f32),
+/// so that a consumer's pieces are boxes of their own and its dQ warp adds them without waiting
+/// for the other consumer. Byte offset from the staging base.
+FA_HOST_DEVICE constexpr int dq_stage_offset(int piece, int row, int col) {
+    return piece * 64 * 64 * 4 + tc::hopper::sw128_offset_f32(row, col, 64);
+}
+
 /// Step 5: the dSᵀ buffer of the n-th query tile (of `buffers`, 1 or 2).
 FA_HOST_DEVICE constexpr int ds_buffer(int n, int buffers) { return n % buffers; }
 
@@ -54,16 +63,26 @@ FA_HOST_DEVICE constexpr int ds_buffer(int n, int buffers) { return n % buffers;
 constexpr int kDsFullBarrier = 1;
 /// ... and before either writes the next dSᵀ (the other's line 15 may still be reading the last).
 constexpr int kDsFreeBarrier = 2;
-/// Step 4: consumers arrive when their pieces of dQ_i are staged; the dQ warp waits (256 + 32).
-constexpr int kDqFullBarrier = 3;
-/// Step 4: the dQ warp arrives when the staging buffer has been read; the consumers wait (32 + 256).
-constexpr int kDqFreeBarrier = 4;
+/// Step 4: consumer c arrives when its pieces of dQ_i are staged; its dQ warp waits (128 + 32).
+FA_HOST_DEVICE constexpr int dq_full_barrier(int c) { return 3 + c; }
+/// Step 4: consumer c's dQ warp arrives when the staged pieces have been read; the consumer waits.
+FA_HOST_DEVICE constexpr int dq_free_barrier(int c) { return 5 + c; }
 constexpr int kConsumerThreads = 256;
-constexpr int kDqHandoffThreads = kConsumerThreads + 32;
-/// Step 4: the dQ warp arrives on kDqFreeBarrier after tiles 0..count − 2 (the consumers wait
+/// Step 4: a consumer warpgroup and its dQ warp (one per consumer, so the two hand over apart).
+constexpr int kDqHandoffThreads = 128 + 32;
+/// Step 4: a dQ warp arrives on its free barrier after tiles 0..count − 2 (its consumer waits
 /// before staging tiles 1..count − 1): as many arrivals as waits, none left on the barrier.
 FA_HOST_DEVICE constexpr bool dq_writer_frees(int n, int count) { return n < count - 1; }
 FA_HOST_DEVICE constexpr bool consumer_waits_dq_free(int n) { return n > 0; }
+
+/// Where line 15 (dQ_i += dS K_j) sits among a query tile's products: step 5's candidates
+/// (Step5Tiles). Steps 1–4 use kAfterDk.
+enum Line15 : int {
+    kAfterDk = 0,      ///< issued once lines 12 and 16 are done, waited for at once, handed over
+    kUnderNextSt = 1,  ///< issued after line 16, waited for and handed over under the next tile's Sᵀ
+    kBeforeDk = 2,     ///< issued between lines 12 and 16 (FlashAttention-3's order): line 16 runs
+                       ///< while dQ_i is handed over
+};
 
 /// One step of the ladder (chapters/11_hopper_backward/README.md), cumulative:
 ///   1  wgmma: Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ from swizzled shared memory, dV_j += Pᵀ dO_i and
@@ -76,14 +95,14 @@ FA_HOST_DEVICE constexpr bool consumer_waits_dq_free(int n) { return n > 0; }
 ///      next tile's L_i, D_i themselves; the consumers meet at named barriers only
 ///   4  dQ by TMA: the consumers stage dQ_i in shared memory (fp32, 128-byte swizzle), one warp of
 ///      the producer warpgroup adds it to the fp32 workspace with TMA reduce-adds
-///      (cp.reduce.async.bulk.tensor .add, D / 32 boxes per tile)
+///      (cp.reduce.async.bulk.tensor .add, boxes of 64 rows × 32 columns); one dQ warp per
+///      consumer, each adding that consumer's pieces
 ///   5  overlap: inside a consumer, the exponentials of Pᵀ run while dPᵀ is still on the tensor
 ///      cores, and dSᵀ while dV_j += Pᵀ dO_i is (wgmma.wait_group 1); dSᵀ in two buffers taken in
-///      turn; with `PipelineDq` (a candidate of Step5Tiles) line 15 of a tile finishes under Sᵀ of
-///      the next
+///      turn; `L15` (a candidate of Step5Tiles) places line 15 among the products (Line15)
 /// Every step: B_c = 128 keys per block, 64 per consumer warpgroup (each owns its rows of dK_j,
 /// dV_j); B_r query rows per tile (64 at D = 128, 128 at D = 64).
-template <int Step, int D_, int Br_, int Stages, bool PipelineDq = false>
+template <int Step, int D_, int Br_, int Stages, int L15 = kAfterDk>
 struct BwdConfig {
     static constexpr int kStep = Step;
     static constexpr int D = D_;
@@ -96,7 +115,8 @@ struct BwdConfig {
     static constexpr bool kDqBulk = Step >= 4;    ///< step 4: dQ by TMA reduce-add
     static constexpr bool kOverlap = Step >= 5;   ///< step 5: softmax arithmetic under the products
     static constexpr int kDsBuffers = kOverlap ? 2 : 1;  ///< step 5: dSᵀ tiles taken in turn
-    static constexpr bool kPipelineDq = PipelineDq;     ///< step 5 candidate: line 15 under the next Sᵀ
+    static constexpr int kLine15 = L15;  ///< step 5 candidate: where line 15 sits (Line15)
+    static constexpr bool kPipelineDq = L15 == kUnderNextSt;
     static constexpr int kThreads = 128 * (kConsumers + (kProducer ? 1 : 0));
     /// Step 3: setmaxnreg. One block per SM holds the 64 K registers: launched with 168 per thread
     /// (65536 / 384 rounded down to a multiple of 8), the producer gives back all but 24, and
@@ -107,7 +127,7 @@ struct BwdConfig {
 
     // Shared memory, in bytes from a 1024-byte aligned base: K_j, V_j (B_c × D each), then per
     // stage Q_i and dO_i (B_r × D each), all as [rows][64] swizzle blocks; dSᵀ (B_c × B_r, blocks of
-    // 64 queries); step 4's dQ staging (B_r × D fp32, [rows][32] swizzle blocks, sw128_offset_f32);
+    // 64 queries); step 4's dQ staging (B_r × D fp32 in 64 × 64 pieces, dq_stage_offset);
     // L_i · log2 e and D_i per stage (B_r floats each); the mbarriers (kv_full, full and empty per
     // stage).
     static constexpr int kTileBytes = 2 * Bc * D;   ///< K_j or V_j
@@ -127,11 +147,14 @@ struct BwdConfig {
     static constexpr int kStageBytes = 2 * kQTileBytes + (kProducer ? 0 : 2 * Br * 4);
 
     static_assert(Step >= 1 && Step <= 5, "BwdConfig: steps 1..5");
-    static_assert(!PipelineDq || Step == 5, "BwdConfig: the pipelined line 15 is a step 5 candidate");
+    static_assert(L15 == kAfterDk || Step == 5, "BwdConfig: moving line 15 is a step 5 candidate");
+    static_assert(L15 >= kAfterDk && L15 <= kBeforeDk, "BwdConfig: Line15 has three places");
     static_assert(D == 64 || D == 128, "BwdConfig: head dim 64 or 128");
     static_assert(Br == 64 || Br == 128, "BwdConfig: B_r is the N of a wgmma: 64 or 128");
     static_assert((Br / 64) * (D / 64) % 2 == 0, "BwdConfig: dQ_i's 64 x 64 pieces split evenly between two consumers");
     static_assert(Stages >= 1 && (kTma || Stages <= 2), "BwdConfig: step 1's cp.async pipeline has 1 or 2 stages");
+    static_assert(!kProducer || Stages >= 2,
+                  "BwdConfig: from step 3 the consumers copy the next tile's L_i, D_i into a buffer neither reads");
     static_assert(Br % 128 == 0 || 128 % Br == 0, "BwdConfig: B_r divides the 128-row padding of L2, D_i");
     static_assert(kOffQ % tc::hopper::kAtomBytes == 0 && kOffDs % tc::hopper::kAtomBytes == 0 &&
                       kOffDq % tc::hopper::kAtomBytes == 0,
@@ -155,13 +178,15 @@ template <int Step, int D>
 using LadderConfig = BwdConfig<Step, D, kLadderBr<D>, kLadderStages>;
 
 /// Step 5's candidates (./chapter11 --sweep times them, --tiles C runs one), listed with fa::Tuning
-/// (common/dispatch.h): line 15 waited for in its own tile (0) or under Sᵀ of the next (1). The
-/// pipelined form keeps dQ_i's 32 accumulators a while longer, and its Sᵀ runs alone on the tensor
-/// cores while they leave (dPᵀ is issued after them, to stay within 240 registers). The defaults
-/// are the faster of `./chapter11 --sweep` at N = 8192 (README, "Step 5").
+/// (common/dispatch.h): the three places of line 15 (Line15), in that order. Moving it under the
+/// next Sᵀ keeps dQ_i's 32 accumulators a while longer, and that Sᵀ runs alone on the tensor cores
+/// while they leave (dPᵀ is issued after them, to stay within 240 registers); moving it before
+/// line 16 holds dQ_i's accumulators beside dSᵀ's A fragments (192 of 240 registers at D = 128).
+/// The defaults are the fastest of `./chapter11 --sweep` at N = 8192 (README, "Step 5").
 template <int D>
-struct Step5Tiles : fa::Tuning<fa::ConfigList<BwdConfig<5, D, kLadderBr<D>, kLadderStages, false>,
-                                              BwdConfig<5, D, kLadderBr<D>, kLadderStages, true>>,
-                               D == 64 ? 1 : 0> {};
+struct Step5Tiles : fa::Tuning<fa::ConfigList<BwdConfig<5, D, kLadderBr<D>, kLadderStages, kAfterDk>,
+                                              BwdConfig<5, D, kLadderBr<D>, kLadderStages, kUnderNextSt>,
+                                              BwdConfig<5, D, kLadderBr<D>, kLadderStages, kBeforeDk>>,
+                               D == 64 ? kAfterDk : kBeforeDk> {};
 
 }  // namespace ch11

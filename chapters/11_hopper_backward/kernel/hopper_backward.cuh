@@ -172,51 +172,56 @@ __device__ __forceinline__ void dq_atomics(float* dQh, const float (&dQ)[Cfg::kD
         }
 }
 
-/// Step 4: line 15's sums staged in shared memory for the dQ warp, fp32 in [rows][32] blocks with
-/// the 128-byte swizzle (hopper_layout.h, sw128_offset_f32; what the TMA reduce reads), then
-/// fence_proxy_async: the TMA reads them next. The swizzle permutes 16-byte chunks within a row,
-/// and rows g and g ^ 1 of a half-warp swap the same two chunks: its 16 float2 stores share 8 bank
-/// slots, two each (a 2-way conflict, tests/chapter11_test.cpp).
+/// Step 4: line 15's sums staged in shared memory for the consumer's dQ warp, fp32, piece by piece
+/// in the layout the TMA reduce reads (dq_stage_offset: [64 rows][32] blocks, 128-byte swizzle),
+/// then fence_proxy_async: the TMA reads them next. The swizzle permutes 16-byte chunks within a
+/// row, and rows g and g ^ 1 of a half-warp swap the same two chunks: its 16 float2 stores share 8
+/// bank slots, two each (a 2-way conflict, tests/chapter11_test.cpp).
 template <class Cfg>
 __device__ __forceinline__ void stage_dq(float* dQs, const float (&dQ)[Cfg::kDqPieces][8][4], int c, int warp_in_wg,
                                          int lane) {
-    constexpr int D = Cfg::D, Br = Cfg::Br;
     #pragma unroll
     for (int k = 0; k < Cfg::kDqPieces; ++k)
         #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int row = 64 * dq_piece_rows(c, k, Br, D) + 16 * warp_in_wg + tc::frag_c_row(lane, 2 * h);
+            const int row = 16 * warp_in_wg + tc::frag_c_row(lane, 2 * h);
             #pragma unroll
             for (int d = 0; d < 8; ++d) {
-                const int col = 64 * dq_piece_cols(c, k, Br, D) + 8 * d + tc::frag_c_col(lane, 2 * h);
-                tc::st_shared(reinterpret_cast<float2*>(reinterpret_cast<unsigned char*>(dQs) +
-                                                        tc::hopper::sw128_offset_f32(row, col, Br)),
+                const int off = dq_stage_offset(c * Cfg::kDqPieces + k, row, 8 * d + tc::frag_c_col(lane, 2 * h));
+                tc::st_shared(reinterpret_cast<float2*>(reinterpret_cast<unsigned char*>(dQs) + off),
                               make_float2(dQ[k][d][2 * h], dQ[k][d][2 * h + 1]));
             }
         }
     tc::hopper::fence_proxy_async();
 }
 
-/// Step 4, one warp of the producer warpgroup: for each query tile the block visits, waits until
-/// the consumers have staged dQ_i, and one lane has the TMA add it to the workspace (D / 32 boxes
-/// of 32 columns × B_r rows; rows past N lie outside the tensor map and are not added), waits until
-/// the copies have read the staging buffer, and hands it back.
+/// Step 4, the dQ warp of consumer c (a warp of the producer warpgroup): for each query tile the
+/// block visits, waits until the consumer has staged its pieces of dQ_i, and one lane has the TMA
+/// add them to the workspace (two boxes of 64 rows × 32 columns per piece; rows past N lie outside
+/// the tensor map and are not added), waits until the copies have read the staging, and hands it
+/// back.
 template <class Cfg>
 __device__ __forceinline__ void dq_writer(const CUtensorMap* map_dq, const float* dQs, int i_begin, int count, int bh,
-                                          int lane) {
+                                          int c, int lane) {
     using namespace tc::hopper;
     constexpr int D = Cfg::D, Br = Cfg::Br;
     for (int n = 0; n < count; ++n) {
-        named_barrier_sync(kDqFullBarrier, kDqHandoffThreads);
+        named_barrier_sync(dq_full_barrier(c), kDqHandoffThreads);
         if (lane == 0) {
             #pragma unroll
-            for (int b = 0; b < D / kAtomColsF32; ++b)
-                tma_reduce_add_3d(map_dq, dQs + b * Br * kAtomColsF32, b * kAtomColsF32, (i_begin + n) * Br, bh);
+            for (int k = 0; k < Cfg::kDqPieces; ++k) {
+                const int piece = c * Cfg::kDqPieces + k;
+                const int row = (i_begin + n) * Br + 64 * dq_piece_rows(c, k, Br, D);
+                #pragma unroll
+                for (int b = 0; b < 64 / kAtomColsF32; ++b)
+                    tma_reduce_add_3d(map_dq, dQs + dq_stage_offset(piece, 0, b * kAtomColsF32) / 4,
+                                      64 * dq_piece_cols(c, k, Br, D) + b * kAtomColsF32, row, bh);
+            }
             tma_store_commit();
             bulk_wait_read();
         }
         __syncwarp();
-        if (dq_writer_frees(n, count)) named_barrier_arrive(kDqFreeBarrier, kDqHandoffThreads);
+        if (dq_writer_frees(n, count)) named_barrier_arrive(dq_free_barrier(c), kDqHandoffThreads);
     }
     if (lane == 0) tma_store_wait();  // the adds are done before the block exits
 }
@@ -226,7 +231,7 @@ __device__ __forceinline__ void dq_writer(const CUtensorMap* map_dq, const float
 /// Lines 5–19 of Algorithm 2 for one K_j, V_j (block x of head (z, y)): dK_j and dV_j, and line 15's
 /// dQ_i contributions added to the fp32 workspace (by atomics in steps 1–3, by bulk reduce-adds
 /// from step 4). The tensor maps (steps 2–5) describe Q, K, V, dO as [B·H][N][D] (hopper_layout.h),
-/// map_dq (steps 4–5) the fp32 workspace the same way, in boxes of 32 columns × B_r rows.
+/// map_dq (steps 4–5) the fp32 workspace the same way, in boxes of 32 columns × 64 rows.
 template <class T, class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper_dkdv_kernel(const ch8::BwdParams p, const __grid_constant__ CUtensorMap map_q,
@@ -237,8 +242,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kStages = Cfg::kStages;
     using Cols = ColumnsView<Br>;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* base = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<std::uintptr_t>(smem_raw) + kAtomBytes - 1) & ~std::uintptr_t(kAtomBytes - 1));
+    unsigned char* base = align_shared<kAtomBytes>(smem_raw);
     uint16_t* Ks = reinterpret_cast<uint16_t*>(base + Cfg::kOffK);
     uint16_t* Vs = reinterpret_cast<uint16_t*>(base + Cfg::kOffV);
     auto Q_stage = [&](int s) { return reinterpret_cast<uint16_t*>(base + Cfg::kOffQ + 2 * s * Cfg::kQTileBytes); };
@@ -310,8 +314,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         mbar_wait(&empty[ch9::ring_stage(n, kStages)], ch9::empty_parity(n, kStages));
                     issue_q(n);
                 }
-            } else if (Cfg::kDqBulk && threadIdx.x / 32 == 1) {  // step 4: the dQ warp
-                dq_writer<Cfg>(&map_dq, dQs, i_begin, count, bh, int(threadIdx.x) % 32);
+            } else if (Cfg::kDqBulk && (threadIdx.x / 32 == 1 || threadIdx.x / 32 == 2)) {  // step 4: the dQ
+                dq_writer<Cfg>(&map_dq, dQs, i_begin, count, bh, int(threadIdx.x) / 32 - 1,  // warps, one per
+                               int(threadIdx.x) % 32);                                       // consumer
             }
             return;
         }
@@ -348,9 +353,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     float dQ[Cfg::kDqPieces][8][4];  // line 15's sums for one query tile (step 5: the tile before)
     auto hand_over_dq = [&](int m, int ln, int wi) {  // dQ of the block's query tile m leaves the registers
         if constexpr (Cfg::kDqBulk) {  // step 4: to the dQ warp through shared memory
-            if (consumer_waits_dq_free(m)) named_barrier_sync(kDqFreeBarrier, kDqHandoffThreads);
+            if (consumer_waits_dq_free(m)) named_barrier_sync(dq_free_barrier(c), kDqHandoffThreads);
             stage_dq<Cfg>(dQs, dQ, c, wi, ln);
-            named_barrier_arrive(kDqFullBarrier, kDqHandoffThreads);
+            named_barrier_arrive(dq_full_barrier(c), kDqHandoffThreads);
         } else {
             dq_atomics<Cfg>(p.dQacc + head * D, dQ, (i_begin + m) * Br, c, wi, p.N, ln);
         }
@@ -408,7 +413,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         ds_packed<T, Br>(St[0], dPt[0], dSa, Ls + Br, ln);  // line 14
         wgmma_fence();  // Pᵀ and dSᵀ written by ordinary instructions
         if constexpr (!Cfg::kOverlap) issue_grad<T, Cfg>(dV[0], Pa, do_addr);  // line 12
-        issue_grad<T, Cfg>(dK[0], dSa, q_addr);                                // line 16
+        constexpr bool dk_first = Cfg::kLine15 != kBeforeDk;
+        if constexpr (dk_first) issue_grad<T, Cfg>(dK[0], dSa, q_addr);  // line 16
 
         // line 15 through the dSᵀ tile, which both consumers write and read. Step 3: before writing
         // it, the other consumer's line 15 of the tile before must be done reading it. Step 5
@@ -416,21 +422,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // waited for before it met this one at the barrier of tile n − 1.
         if constexpr (Cfg::kProducer && Cfg::kDsBuffers == 1) named_barrier_sync(kDsFreeBarrier, kConsumerThreads);
         store_ds<Cfg>(dS_n, dSa, c, wi, ln);
-        // lines 12 and 16 finish before line 15 starts: Pᵀ and dSᵀ, their A operands, stay in
-        // registers until then, and would otherwise sit beside dQ_i's accumulators
-        wgmma_wait<0>();
-        touch_accumulators<D / 8>(dV[0]);
-        touch_accumulators<D / 8>(dK[0]);
-        if constexpr (Cfg::kProducer) {  // step 3: Q_i, dO_i read, the producer may refill; the next
-            ch9::release_stage(&empty[s], lane);  // tile's L_i, D_i go where this one's were read
-            if (copies_ld) tc::st_shared(L_stage(ch9::ring_stage(n + 1, kStages)) + ct, ld_next);
+        if constexpr (dk_first) {
+            // lines 12 and 16 finish before line 15 starts: Pᵀ and dSᵀ, their A operands, stay in
+            // registers until then, and would otherwise sit beside dQ_i's accumulators
+            wgmma_wait<0>();
+            touch_accumulators<D / 8>(dV[0]);
+            touch_accumulators<D / 8>(dK[0]);
+            if constexpr (Cfg::kProducer) ch9::release_stage(&empty[s], lane);  // step 3: Q_i, dO_i read
         }
+        // step 3: the next tile's L_i, D_i go where the tile before's were read (by both consumers,
+        // before they met at the last barrier)
+        if (copies_ld) tc::st_shared(L_stage(ch9::ring_stage(n + 1, kStages)) + ct, ld_next);
         if constexpr (Cfg::kProducer)  // step 3: the consumers meet, the producer runs on
             named_barrier_sync(kDsFullBarrier, kConsumerThreads);
         else
             __syncthreads();
-        issue_dq<T, Cfg>(dQ, ds_addr, k_addr, c);
-        if constexpr (!Cfg::kPipelineDq) {  // wait for line 15 now (pipelined: in the next tile)
+        issue_dq<T, Cfg>(dQ, ds_addr, k_addr, c);  // line 15
+        if constexpr (Cfg::kLine15 == kBeforeDk) {  // step 5 candidate: line 16 under the hand-over
+            wgmma_wait<1>();  // line 12 done: Pᵀ's registers are free for dQ_i's accumulators
+            touch_accumulators<D / 8>(dV[0]);
+            issue_grad<T, Cfg>(dK[0], dSa, q_addr);  // line 16
+            wgmma_wait<1>();                         // line 15 done, line 16 runs on
+            #pragma unroll
+            for (int k = 0; k < Cfg::kDqPieces; ++k) touch_accumulators<8>(dQ[k]);
+            hand_over_dq(n, ln, wi);
+            wgmma_wait<0>();
+            touch_accumulators<D / 8>(dK[0]);
+            ch9::release_stage(&empty[s], lane);  // Q_i, dO_i read
+        } else if constexpr (!Cfg::kPipelineDq) {  // wait for line 15 now (pipelined: in the next tile)
             wgmma_wait<0>();
             #pragma unroll
             for (int k = 0; k < Cfg::kDqPieces; ++k) touch_accumulators<8>(dQ[k]);
