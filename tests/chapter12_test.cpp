@@ -49,7 +49,7 @@ std::string name_of(const Layout& l) {
 
 }  // namespace
 
-TEST_CASE("sharding: chunks tile the sequence, lengths differ by at most one, one owner each", "[cpu]") {
+TEST_CASE("sharding: chunks tile the sequence, lengths differ by at most one, one rank each", "[cpu]") {
     for (const Layout& l : layouts()) {
         INFO(name_of(l));
         int next = 0, longest = 0, shortest = l.N;
