@@ -68,6 +68,7 @@ USES_8 := 2 3 4 5 6 7
 USES_9 := 7
 USES_10 :=
 USES_11 := 2 3 4 5 6 7 8 9
+USES_12 := 7 9
 
 main_src = $(wildcard $(call dir_of,$(1))/main.cu $(call dir_of,$(1))/main.cpp)
 # make chapterN.ptx: chapters 9 and 11 exist for sm_90a only (wgmma, setmaxnreg)
@@ -136,6 +137,36 @@ $(foreach n,$(CHAPTERS),$(eval $(call CHAPTER_RULES,$(n))))
 
 $(COMMON_TEST): $(BUILD)/tests/common_test.o $(TEST_MAIN)
 	$(LINK)
+
+# ---- NCCL, for chapter 12's multi-GPU ring ------------------------------------------------------
+# nccl.h and libnccl from NCCL_HOME, CUDA's own folders, /usr, or the nvidia-nccl pip package
+# (asked only when none of the others has it). Without them chapter 12 still builds, with virtual
+# ranks only (one GPU), and says how to get NCCL; its NCCL test cases report themselves not run.
+nccl_lib_in = $(firstword $(foreach d,$(1),$(wildcard $(d)/libnccl.so)))
+NCCL_DIRS := $(if $(NCCL_HOME),$(NCCL_HOME)) $(CUDA_HOME) /usr /usr/local
+NCCL_INC := $(firstword $(foreach d,$(NCCL_DIRS),$(if $(wildcard $(d)/include/nccl.h),$(d)/include)))
+ifeq ($(NCCL_INC),)
+  NCCL_PIP := $(shell $(or $(PYTHON),python3) -c "import importlib.util as u; s = u.find_spec('nvidia.nccl'); print(list(s.submodule_search_locations)[0] if s else '')" 2>/dev/null)
+  NCCL_INC := $(if $(wildcard $(NCCL_PIP)/include/nccl.h),$(NCCL_PIP)/include)
+endif
+NCCL_LIB := $(dir $(call nccl_lib_in,$(patsubst %/include,%,$(NCCL_INC))/lib $(patsubst %/include,%,$(NCCL_INC))/lib64 $(patsubst %/include,%,$(NCCL_INC))/lib/x86_64-linux-gnu))
+ifeq ($(NCCL_LIB),)
+  NCCL_LIB := $(if $(wildcard $(patsubst %/include,%,$(NCCL_INC))/lib/libnccl.so.2),$(patsubst %/include,%,$(NCCL_INC))/lib/)
+endif
+CH12_OBJS := $(BUILD)/chapters/12_context_parallel/%.o
+ifneq ($(and $(NCCL_INC),$(NCCL_LIB)),)
+  $(CH12_OBJS): NVCCFLAGS += -DFA_HAVE_NCCL -I$(NCCL_INC)
+  chapter12 $(BUILD)/tests/chapter12_test: LDLIBS += -L$(NCCL_LIB) -Xlinker -rpath=$(NCCL_LIB) $(if $(wildcard $(NCCL_LIB)libnccl.so),-lnccl,-l:libnccl.so.2)
+  NCCL_NOTE :=
+else
+  NCCL_NOTE := chapter 12: no NCCL found (nccl.h and libnccl in NCCL_HOME, $(CUDA_HOME), /usr or the nvidia-nccl pip package): built with virtual ranks only. Get NCCL with your package manager (libnccl-dev) or pip install nvidia-nccl-cu12, or set NCCL_HOME=dir, then make clean-chapter12 chapter12
+endif
+.PHONY: nccl-note clean-chapter12
+chapter12: | nccl-note
+nccl-note:
+	@$(if $(NCCL_NOTE),echo "$(NCCL_NOTE)",true)
+clean-chapter12:
+	rm -rf $(BUILD)/chapters/12_context_parallel $(BUILD)/tests/chapter12_test* chapter12
 
 # ---- compiling ---------------------------------------------------------------------------------
 $(FLAGS_STAMP):

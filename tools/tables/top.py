@@ -117,6 +117,9 @@ CHAPTERS = [
     (11, "11_hopper_backward", "Backward on Hopper",
      "Algorithm 2 on wgmma, TMA and warp specialization; dQ added by TMA reduce-add",
      "GPU tests and sanitizer pass; compute capability 9.0 only"),
+    (12, "12_context_parallel", "Attention across GPUs",
+     "ring attention: the sequence sharded over GPUs, K/V passed round a ring (NCCL), partial results merged as in chapter 2",
+     "GPU tests pass on virtual ranks; the NCCL ring checked on two H100s"),
 ]
 
 

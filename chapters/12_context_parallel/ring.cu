@@ -1,0 +1,367 @@
+// Chapter 12: the ring forward (chapter12.h). Each rank holds its chunks of Q and K/V; at step s
+// it holds the K/V of rank (r − s) mod P, computes its Q chunks against them with a single-GPU
+// kernel, and merges each block's (O, L) into an fp32 running result (merge.h). The ladder:
+//   step 1  all-gather every K/V first, then compute (no ring; P× the K/V memory)
+//   step 2  the ring: exchange, wait, compute — communication and compute take turns
+//   step 3  the ring overlapped: the next K/V travel (comm stream) while this one is computed
+//   step 4  step 3 on zigzag shards, so that causal work is the same on every rank
+// Compute runs on each device's legacy default stream (where chapters 7 and 9 launch); the comm
+// streams are created non-blocking, so the default stream does not serialize with them, and the
+// two are ordered by events only: `received` (K/V arrived: compute may read them) and `computed`
+// (compute is done with a buffer: the next receive may overwrite it).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "../../common/check.h"
+#include "../../common/dtype.h"
+#include "../09_hopper/chapter9.h"
+#include "chapter12.h"
+#include "merge.h"
+
+namespace ch12 {
+
+std::string step_name(int step) {
+    static const char* names[] = {"1-all-gather", "2-ring", "3-overlap", "4-zigzag"};
+    return step >= kFirstStep && step <= kLastStep ? names[step - 1] : "unknown";
+}
+
+Sharding sharding_of(int step) { return step == kZigzag ? Sharding::kZigzag : Sharding::kContiguous; }
+
+Compute compute_for(const fa::DeviceInfo& d, int D) {
+    if (ch9::device_unsupported_reason(d).empty() && ch9::unsupported_reason(ch9::kTuned, fa::make_shape(1, 1, 1, D, false)).empty())
+        return {9, ch9::kTuned};
+    return {7, ch7::kTuned};
+}
+
+std::string compute_name(const Compute& c) {
+    return "chapter " + std::to_string(c.chapter) + " " +
+           (c.chapter == 9 ? ch9::variant_name(c.variant) : ch7::variant_name(c.variant));
+}
+
+int compute_Bc(const Compute& c, int D) {
+    return c.chapter == 9 ? ch9::tiles(c.variant, D).Bc : ch7::tiles(c.variant, D).Bc;
+}
+
+template <class T>
+void compute_forward(const Compute& c, const fa::AttnShape& s, const T* Q, const T* K, const T* V, T* O, float* L) {
+    if (c.chapter == 9)
+        ch9::forward<T>(c.variant, s, Q, K, V, O, L);
+    else
+        ch7::forward<T>(c.variant, s, Q, K, V, O, L);
+}
+
+namespace {
+
+constexpr int kMergeThreads = 128;
+
+// T <-> float on the device (fa::to_float and fa::from_float are host functions).
+__device__ inline float element_to_float(__half x) { return __half2float(x); }
+__device__ inline float element_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T> __device__ T element_from_float(float x);
+template <> __device__ inline __half element_from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ inline __nv_bfloat16 element_from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+/// Merges one block's partial result into the running one, a block of threads per query row:
+/// chapter 2's merge of the two logsumexps (merge.h), then O_acc = w_acc·O_acc + w_blk·O_blk.
+/// Every thread reads L_acc before thread 0 overwrites it (the barrier).
+template <class T>
+__global__ void merge_kernel(float* O_acc, float* L_acc, const T* O_blk, const float* L_blk, std::size_t rows,
+                             int D) {
+    for (std::size_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const MergeWeights w = merge_weights(L_acc[row], L_blk[row]);
+        for (int d = threadIdx.x; d < D; d += blockDim.x) {
+            const std::size_t e = row * std::size_t(D) + std::size_t(d);
+            O_acc[e] = merge_output(w, O_acc[e], element_to_float(O_blk[e]));
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) L_acc[row] = w.L;
+        __syncthreads();
+    }
+}
+
+/// O = O_acc rounded to T; L = L_acc. Also the start of a run: O_acc = 0, L_acc = −inf (start).
+template <class T>
+__global__ void finish_kernel(T* O, float* L, float* O_acc, float* L_acc, std::size_t elems, std::size_t rows,
+                              bool start) {
+    const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+    for (std::size_t e = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; e < elems; e += stride) {
+        if (start) O_acc[e] = 0.0f;
+        else O[e] = element_from_float<T>(O_acc[e]);
+    }
+    for (std::size_t r = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; r < rows; r += stride) {
+        if (start) L_acc[r] = -INFINITY;
+        else L[r] = L_acc[r];
+    }
+}
+
+unsigned grid_for(std::size_t n, std::size_t per_block) {
+    const std::size_t g = (n + per_block - 1) / per_block;
+    return unsigned(g < 65535 ? (g > 0 ? g : 1) : 65535);
+}
+
+/// Copies `rows` rows of every head from src (head stride src_n rows, starting at row src_row)
+/// to dst (head stride dst_n rows, starting at dst_row): one 2-D copy, a head per line.
+template <class E>
+void copy_rows(E* dst, int dst_n, int dst_row, const E* src, int src_n, int src_row, int rows, std::size_t heads,
+               int width) {
+    const std::size_t w = std::size_t(width) * sizeof(E);
+    CUDA_CHECK(cudaMemcpy2DAsync(dst + std::size_t(dst_row) * width, std::size_t(dst_n) * w,
+                                 src + std::size_t(src_row) * width, std::size_t(src_n) * w, std::size_t(rows) * w,
+                                 heads, cudaMemcpyDeviceToDevice, cudaStreamLegacy));
+}
+
+}  // namespace
+
+template <class T>
+RingForward<T>::RingForward(Transport& transport, const fa::AttnShape& s, int step, Compute c)
+    : transport_(transport), shape_(s), step_(step), compute_(c) {
+    if (step < kFirstStep || step > kLastStep) {
+        std::fprintf(stderr, "ch12::RingForward: step %d does not exist (%d..%d)\n", step, kFirstStep, kLastStep);
+        std::exit(fa::kExitBadInput);
+    }
+    layout_ = {s.N, transport.world_size(), sharding_of(step)};
+    slot_rows_ = s.heads_total() * std::size_t(layout_.max_chunk_length());
+    slot_elems_ = slot_rows_ * std::size_t(s.D);
+    const std::size_t cpr = std::size_t(layout_.chunks_per_rank()), P = std::size_t(layout_.P);
+    ranks_.resize(transport.local_ranks().size());
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+        RankState<T>& st = ranks_[i];
+        st.rank = transport.local_ranks()[i];
+        st.device = transport.device_of(int(i));
+        CUDA_CHECK(cudaSetDevice(st.device));
+        st.Q = fa::DeviceBuffer<T>(cpr * slot_elems_);
+        st.kv_own = fa::DeviceBuffer<T>(2 * cpr * slot_elems_);  // K slots, then V slots
+        if (step == kAllGather) {
+            st.kv_all = fa::DeviceBuffer<T>(P * 2 * cpr * slot_elems_);
+        } else {
+            st.kv_ring[0] = fa::DeviceBuffer<T>(2 * cpr * slot_elems_);
+            st.kv_ring[1] = fa::DeviceBuffer<T>(2 * cpr * slot_elems_);
+        }
+        st.O = fa::DeviceBuffer<T>(cpr * slot_elems_);
+        st.L = fa::DeviceBuffer<float>(cpr * slot_rows_);
+        st.O_acc = fa::DeviceBuffer<float>(cpr * slot_elems_);
+        st.L_acc = fa::DeviceBuffer<float>(cpr * slot_rows_);
+        st.O_blk = fa::DeviceBuffer<T>(slot_elems_);
+        st.L_blk = fa::DeviceBuffer<float>(slot_rows_);
+        st.Q_win = fa::DeviceBuffer<T>(slot_elems_);
+        st.O_win = fa::DeviceBuffer<T>(slot_elems_);
+        st.L_win = fa::DeviceBuffer<float>(slot_rows_);
+        st.Q_win.zero();  // the padding rows of a short window: finite, computed and dropped
+        CUDA_CHECK(cudaStreamCreateWithFlags(&st.comm, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&st.computed, cudaEventDisableTiming));
+        for (cudaEvent_t& e : st.received) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+}
+
+template <class T>
+RingForward<T>::~RingForward() {
+    for (RankState<T>& st : ranks_) {
+        cudaSetDevice(st.device);
+        cudaStreamDestroy(st.comm);
+        cudaEventDestroy(st.computed);
+        for (cudaEvent_t e : st.received) cudaEventDestroy(e);
+    }
+}
+
+template <class T>
+void RingForward<T>::load(const fa::AttnProblem& p) {
+    const fa::AttnShape& s = shape_;
+    const std::size_t cpr = std::size_t(layout_.chunks_per_rank()), D = std::size_t(s.D);
+    for (RankState<T>& st : ranks_) {
+        std::vector<float> q(cpr * slot_elems_, 0.0f), kv(2 * cpr * slot_elems_, 0.0f);
+        const std::vector<int> chunks = layout_.chunks_of_rank(st.rank);
+        for (std::size_t m = 0; m < cpr; ++m) {
+            const int k = chunks[m], len = layout_.chunk_length(k), begin = layout_.chunk_begin(k);
+            for (std::size_t bh = 0; bh < s.heads_total(); ++bh)
+                for (int t = 0; t < len; ++t) {
+                    const std::size_t from = (bh * std::size_t(s.N) + std::size_t(begin + t)) * D;
+                    const std::size_t to = m * slot_elems_ + (bh * std::size_t(len) + std::size_t(t)) * D;
+                    for (std::size_t d = 0; d < D; ++d) {
+                        q[to + d] = p.Q[from + d];
+                        kv[to + d] = p.K[from + d];
+                        kv[cpr * slot_elems_ + to + d] = p.V[from + d];
+                    }
+                }
+        }
+        CUDA_CHECK(cudaSetDevice(st.device));
+        st.Q.upload(fa::convert_from_float<T>(q));
+        st.kv_own.upload(fa::convert_from_float<T>(kv));
+    }
+}
+
+template <class T>
+void RingForward<T>::poison_outputs() {
+    for (RankState<T>& st : ranks_) {
+        CUDA_CHECK(cudaSetDevice(st.device));
+        st.O.poison();
+        st.L.poison();
+    }
+}
+
+// The K/V a rank holds at step s: its own at step 0, then the two ring buffers in turn.
+template <class T>
+const T* RingForward<T>::kv_at(const RankState<T>& st, int s) const {
+    return s == 0 ? st.kv_own.get() : st.kv_ring[(s - 1) % 2].get();
+}
+
+template <class T>
+std::vector<const T*> RingForward<T>::kv_ptrs(int s) const {
+    std::vector<const T*> v;
+    for (const RankState<T>& st : ranks_) v.push_back(kv_at(st, s));
+    return v;
+}
+
+// One block: the kernel writes the block's (O, L) into O_blk, L_blk (through the staging windows
+// when the chunks' lengths differ), then the merge adds them into the running result.
+template <class T>
+void RingForward<T>::compute_block(RankState<T>& st, const BlockTask& t, const T* K, const T* V) {
+    if (t.kind == Block::kSkip) return;
+    const fa::AttnShape& s = shape_;
+    const int a = layout_.chunk_length(t.q_chunk), b = layout_.chunk_length(t.k_chunk);
+    const T* Q = st.Q.get() + std::size_t(t.q_slot) * slot_elems_;
+    if (a == b) {
+        const fa::AttnShape blk = fa::make_shape(s.B, s.H, a, s.D, t.kind == Block::kDiagonal, s.scale);
+        compute_forward<T>(compute_, blk, Q, K, V, st.O_blk.get(), st.L_blk.get());
+    } else {  // a full block of unequal chunks (never the diagonal): equal-length windows
+        const fa::AttnShape blk = fa::make_shape(s.B, s.H, b, s.D, false, s.scale);
+        for (const Window& w : windows(a, b)) {
+            copy_rows(st.Q_win.get(), b, 0, Q, a, w.q_begin, w.rows, s.heads_total(), s.D);
+            compute_forward<T>(compute_, blk, st.Q_win.get(), K, V, st.O_win.get(), st.L_win.get());
+            copy_rows(st.O_blk.get(), a, w.q_begin, st.O_win.get(), b, 0, w.rows, s.heads_total(), s.D);
+            copy_rows(st.L_blk.get(), a, w.q_begin, st.L_win.get(), b, 0, w.rows, s.heads_total(), 1);
+        }
+    }
+    const std::size_t rows = s.heads_total() * std::size_t(a);
+    merge_kernel<T><<<grid_for(rows, 1), kMergeThreads>>>(st.O_acc.get() + std::size_t(t.q_slot) * slot_elems_,
+                                                          st.L_acc.get() + std::size_t(t.q_slot) * slot_rows_,
+                                                          st.O_blk.get(), st.L_blk.get(), rows, s.D);
+    CUDA_CHECK_LAUNCH();
+}
+
+// Step s of rank st.rank: its Q chunks against the K chunks of rank (r − s) mod P held in `kv`.
+template <class T>
+void RingForward<T>::compute_step(RankState<T>& st, int s, const T* kv) {
+    const std::size_t cpr = std::size_t(layout_.chunks_per_rank());
+    for (const BlockTask& t : step_blocks(layout_, shape_.causal, st.rank, s))
+        compute_block(st, t, kv + std::size_t(t.k_slot) * slot_elems_, kv + (cpr + std::size_t(t.k_slot)) * slot_elems_);
+}
+
+template <class T>
+void RingForward<T>::run() {
+    const int P = layout_.P;
+    const std::size_t cpr = std::size_t(layout_.chunks_per_rank()), kv_bytes = 2 * cpr * slot_elems_ * sizeof(T);
+    const unsigned fin_grid = grid_for(cpr * slot_elems_, 256);
+    std::vector<cudaStream_t> comms;
+    for (RankState<T>& st : ranks_) {  // O_acc = 0, L_acc = −inf; `computed` marks everything before this run
+        CUDA_CHECK(cudaSetDevice(st.device));
+        finish_kernel<T><<<fin_grid, 256>>>(st.O.get(), st.L.get(), st.O_acc.get(), st.L_acc.get(),
+                                            cpr * slot_elems_, cpr * slot_rows_, true);
+        CUDA_CHECK_LAUNCH();
+        CUDA_CHECK(cudaEventRecord(st.computed, cudaStreamLegacy));
+        CUDA_CHECK(cudaStreamWaitEvent(st.comm, st.computed, 0));
+        comms.push_back(st.comm);
+    }
+    if (step_ == kAllGather) {
+        std::vector<const void*> send;
+        std::vector<void*> recv;
+        for (RankState<T>& st : ranks_) send.push_back(st.kv_own.get()), recv.push_back(st.kv_all.get());
+        transport_.all_gather(send, recv, kv_bytes, comms);
+        for (RankState<T>& st : ranks_) {
+            CUDA_CHECK(cudaSetDevice(st.device));
+            CUDA_CHECK(cudaEventRecord(st.received[0], st.comm));
+            CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, st.received[0], 0));
+            for (int s = 0; s < P; ++s)
+                compute_step(st, s, st.kv_all.get() + std::size_t(kv_owner(P, st.rank, s)) * 2 * cpr * slot_elems_);
+        }
+    } else {
+        const bool overlap = step_ >= kOverlap;
+        for (int s = 0; s < P; ++s) {
+            if (s + 1 < P) {  // the K/V of step s go to the successor; those of step s + 1 arrive
+                std::vector<const void*> send;
+                std::vector<void*> recv;
+                for (RankState<T>& st : ranks_) {
+                    CUDA_CHECK(cudaSetDevice(st.device));
+                    CUDA_CHECK(cudaStreamWaitEvent(st.comm, st.computed, 0));  // the buffer received into is free
+                    send.push_back(kv_at(st, s));
+                    recv.push_back(const_cast<T*>(kv_at(st, s + 1)));
+                }
+                transport_.ring_exchange(send, recv, kv_bytes, comms);
+                for (RankState<T>& st : ranks_) {
+                    CUDA_CHECK(cudaSetDevice(st.device));
+                    CUDA_CHECK(cudaEventRecord(st.received[s % 2], st.comm));
+                }
+            }
+            for (RankState<T>& st : ranks_) {
+                CUDA_CHECK(cudaSetDevice(st.device));
+                // step 2 waits for the exchange just posted (turns); step 3 only for the one posted a
+                // step earlier, which brought the K/V it computes on now (overlap)
+                const int wait_for = overlap ? s - 1 : (s + 1 < P ? s : s - 1);
+                if (wait_for >= 0) CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, st.received[wait_for % 2], 0));
+                compute_step(st, s, kv_at(st, s));
+                CUDA_CHECK(cudaEventRecord(st.computed, cudaStreamLegacy));
+            }
+        }
+    }
+    for (RankState<T>& st : ranks_) {
+        CUDA_CHECK(cudaSetDevice(st.device));
+        finish_kernel<T><<<fin_grid, 256>>>(st.O.get(), st.L.get(), st.O_acc.get(), st.L_acc.get(),
+                                            cpr * slot_elems_, cpr * slot_rows_, false);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+template <class T>
+void RingForward<T>::gather(std::vector<float>& O, std::vector<float>& L) {
+    const fa::AttnShape& s = shape_;
+    const std::size_t cpr = std::size_t(layout_.chunks_per_rank()), P = std::size_t(layout_.P), D = std::size_t(s.D);
+    std::vector<fa::DeviceBuffer<T>> O_all;
+    std::vector<fa::DeviceBuffer<float>> L_all;
+    std::vector<const void*> sendO, sendL;
+    std::vector<void*> recvO, recvL;
+    std::vector<cudaStream_t> streams;
+    for (RankState<T>& st : ranks_) {
+        CUDA_CHECK(cudaSetDevice(st.device));
+        CUDA_CHECK(cudaDeviceSynchronize());  // the run's outputs are written
+        O_all.emplace_back(P * cpr * slot_elems_);
+        L_all.emplace_back(P * cpr * slot_rows_);
+        sendO.push_back(st.O.get()), sendL.push_back(st.L.get());
+        recvO.push_back(O_all.back().get()), recvL.push_back(L_all.back().get());
+        streams.push_back(st.comm);
+    }
+    transport_.all_gather(sendO, recvO, cpr * slot_elems_ * sizeof(T), streams);
+    transport_.all_gather(sendL, recvL, cpr * slot_rows_ * sizeof(float), streams);
+    CUDA_CHECK(cudaSetDevice(ranks_[0].device));
+    CUDA_CHECK(cudaStreamSynchronize(ranks_[0].comm));
+    const std::vector<float> o = fa::convert_to_float(O_all[0].download()), l = L_all[0].download();
+    O.assign(s.elements(), 0.0f);
+    L.assign(s.rows(), 0.0f);
+    for (std::size_t q = 0; q < P; ++q) {
+        const std::vector<int> chunks = layout_.chunks_of_rank(int(q));
+        for (std::size_t m = 0; m < cpr; ++m) {
+            const int k = chunks[m], len = layout_.chunk_length(k), begin = layout_.chunk_begin(k);
+            const std::size_t slot = q * cpr + m;
+            for (std::size_t bh = 0; bh < s.heads_total(); ++bh)
+                for (int t = 0; t < len; ++t) {
+                    const std::size_t row = bh * std::size_t(s.N) + std::size_t(begin + t);
+                    const std::size_t from = slot * slot_rows_ + bh * std::size_t(len) + std::size_t(t);
+                    L[row] = l[from];
+                    for (std::size_t d = 0; d < D; ++d) O[row * D + d] = o[from * D + d];
+                }
+        }
+    }
+    for (RankState<T>& st : ranks_) {  // the gathered buffers are freed below: wait for every copy
+        CUDA_CHECK(cudaSetDevice(st.device));
+        CUDA_CHECK(cudaStreamSynchronize(st.comm));
+    }
+}
+
+template void compute_forward<__half>(const Compute&, const fa::AttnShape&, const __half*, const __half*,
+                                      const __half*, __half*, float*);
+template void compute_forward<__nv_bfloat16>(const Compute&, const fa::AttnShape&, const __nv_bfloat16*,
+                                             const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, float*);
+template class RingForward<__half>;
+template class RingForward<__nv_bfloat16>;
+
+}  // namespace ch12
