@@ -94,21 +94,22 @@ inline std::vector<std::size_t> parse_npy_shape(const std::string& dims) {
     return shape;
 }
 
-/// Bytes per element of a supported NumPy type string, 0 for any other.
+/// Bytes per element of a supported NumPy type string (floats '<f4', '<f2', '<f8'; integers
+/// '<i4', '<i8'), 0 for any other.
 inline std::size_t npy_element_size(const std::string& descr) {
-    return descr == "<f4" ? 4 : descr == "<f2" ? 2 : descr == "<f8" ? 8 : 0;
+    return descr == "<f4" || descr == "<i4" ? 4 : descr == "<f2" ? 2 : descr == "<f8" || descr == "<i8" ? 8 : 0;
 }
 
 /// What an .npy file's header says, checked against the file: its shape, type, and where and how
 /// many bytes of data follow.
 struct NpyHeader {
     std::vector<std::size_t> shape;
-    std::string descr;            ///< "<f4", "<f2" or "<f8"
+    std::string descr;            ///< "<f4", "<f2", "<f8", "<i4" or "<i8"
     std::size_t data_offset = 0;  ///< bytes before the data
     std::size_t data_bytes = 0;   ///< prod(shape) · element size: exactly what follows the header
 };
 
-/// Reads and checks an .npy file's header (C order only; element types '<f4', '<f2', '<f8')
+/// Reads and checks an .npy file's header (C order only; element types '<f4', '<f2', '<f8', '<i4', '<i8')
 /// without reading its data. Every length is checked against the file's size before anything is
 /// allocated for it: a header length field, or a shape, that promises more than the file holds is
 /// an error, and so are bytes left over after the array's data. Errors throw std::runtime_error
@@ -160,7 +161,8 @@ inline NpyHeader read_npy_header(const std::string& path) {
         throw bad(e.what());
     }
     const std::size_t elem = npy_element_size(h.descr);
-    if (elem == 0) throw bad("unsupported element type '" + h.descr + "' (expected '<f4', '<f2' or '<f8')");
+    if (elem == 0)
+        throw bad("unsupported element type '" + h.descr + "' (expected '<f4', '<f2', '<f8', '<i4' or '<i8')");
     h.data_bytes = elem;
     for (std::size_t s : h.shape)
         if (s != 0 && h.data_bytes > SIZE_MAX / s)
@@ -210,19 +212,50 @@ inline float half_bits_to_float(std::uint16_t h) {
     return magnitude;
 }
 
+/// read_npy, with an error naming the file unless its element type is `t1` or `t2` (`what` says
+/// which they are).
+inline NpyArray read_npy_typed(const std::string& path, const char* t1, const char* t2, const char* what) {
+    NpyArray a = read_npy(path);
+    if (a.descr != t1 && a.descr != t2)
+        throw std::runtime_error(path + ": element type is '" + a.descr + "', expected " + what +
+                                 " (convert with numpy's astype)");
+    return a;
+}
+
 /// Reads a float32 ('<f4') or float16 ('<f2') array as floats (every float16 is a float exactly);
 /// the shape is returned through `shape`. Any other type is an error naming the file.
 inline std::vector<float> read_npy_floats(const std::string& path, std::vector<std::size_t>* shape) {
-    NpyArray a = read_npy(path);
-    if (a.descr != "<f4" && a.descr != "<f2")
-        throw std::runtime_error(path + ": element type is '" + a.descr +
-                                 "', expected float32 '<f4' or float16 '<f2' (convert with numpy's astype)");
+    const NpyArray a = read_npy_typed(path, "<f4", "<f2", "float32 '<f4' or float16 '<f2'");
     std::vector<float> v(a.count());
     if (a.descr == "<f4") {
         if (!v.empty()) std::memcpy(v.data(), a.bytes.data(), a.bytes.size());
     } else {
         for (std::size_t i = 0; i < v.size(); ++i)
             v[i] = half_bits_to_float(std::uint16_t(a.bytes[2 * i] | (a.bytes[2 * i + 1] << 8)));
+    }
+    if (shape) *shape = a.shape;
+    return v;
+}
+
+/// Reads an int32 ('<i4') or int64 ('<i8', NumPy's default integer) array as ints; the shape is
+/// returned through `shape`. Any other type, or a value outside int's range, is an error naming
+/// the file.
+inline std::vector<int> read_npy_ints(const std::string& path, std::vector<std::size_t>* shape) {
+    const NpyArray a = read_npy_typed(path, "<i4", "<i8", "int32 '<i4' or int64 '<i8'");
+    std::vector<int> v(a.count());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        if (a.descr == "<i4") {
+            std::int32_t x;
+            std::memcpy(&x, &a.bytes[4 * i], 4);
+            v[i] = x;
+        } else {
+            std::int64_t x;
+            std::memcpy(&x, &a.bytes[8 * i], 8);
+            if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+                throw std::runtime_error(path + ": entry " + std::to_string(i) + " (" + std::to_string(x) +
+                                         ") does not fit a 32-bit int");
+            v[i] = int(x);
+        }
     }
     if (shape) *shape = a.shape;
     return v;

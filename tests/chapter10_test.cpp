@@ -4,7 +4,8 @@
 // token), the paged addressing through a shuffled block table (per key and per tile), the CPU
 // mirror of split/merge against the float64 reference (mixed lengths up to 100000, splits from 1
 // to more than the chunks, pages shuffled), the split heuristic, the bad-input messages, the
-// program's runs (--ladder, --sweep) and their checks, its host-memory bound, and every kernel variant
+// program's runs (--ladder, --sweep) and their checks, its host-memory bound, the .npy files of
+// --save-npy and --load-npy (saved, read back, bad folders refused), and every kernel variant
 // on the CPU emulator (tags [v1]..[v5]) with the append step, groups of 1 to 24 rows (a second 16-row
 // block whose first row is not token 0).
 // [gpu]: every variant on the GPU against the 2× rule: lengths 1, 17, 4097 and 100000 in one batch,
@@ -15,6 +16,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -26,6 +29,7 @@
 #include "../chapters/10_decoding/problem.h"
 #include "../common/attention.h"
 #include "../common/device.h"
+#include "../common/npy.h"
 #include "../common/random.h"
 #include "support.h"
 
@@ -355,6 +359,74 @@ TEST_CASE("bad input: one clear message", "[cpu][chapter10]") {
     table[std::size_t(ok.max_pages()) + 2] = ok.pool_pages();  // sequence 1, page 2 (keys 32..47 < 40)
     CHECK(invalid_table_reason(ok, table, ok.pool_pages()).find("outside the pool") != std::string::npos);
     CHECK(unsupported_reason(kPaged, make_decode_shape(1, 8, 2, 1, 64, 100, {100})).find("paged") != std::string::npos);
+}
+
+namespace {
+
+// Equal element by element, NaN where the other is NaN.
+bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (std::isnan(a[i]) ? !std::isnan(b[i]) : a[i] != b[i]) return false;
+    return true;
+}
+
+std::string npy_error(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE(".npy files of --save-npy and --load-npy: a step's inputs and outputs saved and read back unchanged; bad "
+          "folders get one clear reason", "[cpu][chapter10]") {
+    const std::string dir = (std::filesystem::temp_directory_path() / "fa_ch10_npy").string();
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const DecodeShape s = make_decode_shape(3, 8, 2, 3, 64, 300, {3, 17, 300});
+    const DecodeProblem p = make_problem<__nv_bfloat16>(s, 7);
+    std::vector<float> O(s.q_elems()), L(s.rows());
+    for (std::size_t i = 0; i < O.size(); ++i) O[i] = float(i % 11) - 5.0f;
+    for (std::size_t i = 0; i < L.size(); ++i) L[i] = 0.5f * float(i);
+    save_decode_npy(dir, p, O, L);
+
+    const DecodeShape t = npy_decode_shape(dir);
+    CHECK(t.str() == s.str());
+    CHECK(t.lens == s.lens);
+    DecodeProblem q = load_decode_npy(dir, t);
+    CHECK(same_floats(q.Q, p.Q));
+    CHECK(same_floats(q.K, p.K));  // NaN past each length, as make_problem's
+    CHECK(same_floats(q.V, p.V));
+    round_to<__nv_bfloat16>(q);  // already bf16 values: unchanged
+    CHECK(same_floats(q.Q, p.Q));
+    CHECK(q.max_abs_V > 0.0);
+    CHECK(q.max_abs_V <= p.max_abs_V);
+    std::vector<std::size_t> shape;
+    CHECK(fa::read_npy_floats(dir + "/o.npy", &shape) == O);
+    CHECK(shape == std::vector<std::size_t>{3, 8, 3, 64});
+    CHECK(fa::read_npy_floats(dir + "/l.npy", &shape) == L);
+    CHECK(shape == std::vector<std::size_t>{3, 8, 3});
+
+    // lengths that do not fit the cache, of the wrong count or type, and a NaN below a length
+    const std::vector<std::int32_t> too_long = {3, 17, 301}, two = {3, 17};
+    fa::write_npy(dir + "/cache_lens.npy", too_long.data(), "<i4", 4, {3});
+    CHECK_THAT(npy_error([&] { npy_decode_shape(dir); }), Catch::Contains("cache length 301 of sequence 2"));
+    fa::write_npy(dir + "/cache_lens.npy", two.data(), "<i4", 4, {2});
+    CHECK_THAT(npy_error([&] { npy_decode_shape(dir); }), Catch::Contains("one length per sequence"));
+    const std::vector<float> as_floats = {3, 17, 300};
+    fa::write_npy(dir + "/cache_lens.npy", as_floats.data(), {3});
+    CHECK_THAT(npy_error([&] { npy_decode_shape(dir); }), Catch::Contains("expected int32 '<i4' or int64 '<i8'"));
+    std::vector<float> K = p.K;
+    K[contiguous_row(1, 1, 16, s.H_kv, s.N_max, s.D) + 5] = NAN;  // sequence 1's last token
+    fa::write_npy(dir + "/k_cache.npy", K.data(), {3, 2, 300, 64});
+    CHECK_THAT(npy_error([&] { load_decode_npy(dir, t); }), Catch::Contains("k_cache.npy: entry"));
+    fa::write_npy(dir + "/v_cache.npy", K.data(), {3, 2, 299, 64});
+    CHECK_THAT(npy_error([&] { npy_decode_shape(dir); }), Catch::Contains("differ"));
+    std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("program runs: --ladder's and --sweep's runs, each checked before any device", "[cpu][chapter10]") {

@@ -42,6 +42,13 @@ folder("trailing", {"q.npy": ("<f4", shape, single), "k.npy": ("<f4", shape, sin
 rows = struct.pack("<%df" % (64 * 64), *[(i % 5) / 3 for i in range(64 * 64)])
 folder("rows_fp16", {"x.npy": ("<f2", (64, 64), struct.pack("<%de" % (64 * 64), *[(i % 5) / 3 for i in range(64 * 64)]))})
 folder("rows_trailing", {"x.npy": ("<f4", (64, 64), rows, 1, b"\0\0")})
+# chapter 10's decoding step: Q (B, H_q, q_len, D), the caches (B, H_kv, N_max, D), the lengths
+q, kv = (1, 4, 2, 64), (1, 2, 64, 64)
+qdata = struct.pack("<%df" % (4 * 2 * 64), *[0.25 + (i % 7) / 8 for i in range(4 * 2 * 64)])
+kvdata = struct.pack("<%df" % (2 * 64 * 64), *[0.5 - (i % 5) / 8 for i in range(2 * 64 * 64)])
+for name, lens in (("decode", 40), ("decode_long", 65)):
+    folder(name, {"q.npy": ("<f4", q, qdata), "k_cache.npy": ("<f4", kv, kvdata), "v_cache.npy": ("<f4", kv, kvdata),
+                  "cache_lens.npy": ("<i8", (1,), struct.pack("<q", lens))})
 os.makedirs(os.path.join(tmp, "lying"))
 for f in ("q.npy", "x.npy"):  # 30 bytes; version 2.0, whose header length field says 4 GiB
     with open(os.path.join(tmp, "lying", f), "wb") as out:
@@ -107,7 +114,9 @@ expect 2 "entry 1 ('abc'): not a whole number" chapter10 --ladder --page-sizes a
 expect 2 "--cache-lens and --random-lens cannot be combined" chapter10 --random-lens --cache-lens 5
 expect 2 "page size 17" chapter10 --kernel 4 --page-size 17
 expect 2 "bad value '16' for --tiles" chapter10 --tiles 16
-expect 2 "unknown option '--load-npy'" chapter10 --load-npy "$tmp/fp16"
+expect 2 "k_cache.npy" chapter10 --load-npy "$tmp/fp16"
+expect 2 "cache length 65 of sequence 0 is outside q_len..N_max" chapter10 --load-npy "$tmp/decode_long"
+expect 2 "the inputs and their shape come from the files" chapter10 --load-npy "$tmp/decode" --seq 40
 expect 2 "GB of host memory; this machine has" chapter10 --batch 4096 --seq 4194304
 expect 2 "head dim 96 is not supported" chapter11 --dim 96
 expect 2 "tile candidate 7: only kernel 5 has candidates" chapter11 --tiles 7
@@ -138,6 +147,7 @@ good "$([ "$cc" = 90 ] && echo 0 || echo 3)" chapter9 --load-npy "$tmp/fp16" --n
 good "$([ "$cc" = 90 ] && echo 0 || echo 3)" chapter11 --load-npy "$tmp/fp16" --no-bench  # the same
 good 0 chapter10 --seq 256 --no-bench
 good 0 chapter10 --batch 3 --cache-lens 1,17,300 --no-bench
+good 0 chapter10 --load-npy "$tmp/decode" --no-bench
 
 if [ $bad -ne 0 ]; then
   echo "check_inputs: some programs ended with another exit status (FAIL lines above)"

@@ -6,6 +6,7 @@
 //   ./chapter10 --sweep --seq 32768                    variant 5's candidates × split counts
 //   ./chapter10 --kernel 4 --page-size 16              the paged cache, pages of 16 tokens
 //   ./chapter10 --batch 4 --cache-lens 1,17,4097,100000 --q-len 1   mixed lengths in one batch
+//   ./chapter10 --save-npy dir / --load-npy dir     the step's inputs and O, L as .npy files
 //
 // Prints the device, the problem, the append check, then per kernel: its split plan, the check of
 // O and L against the float64 reference (2× rule, sampled rows) and the time, as bytes of K and V
@@ -16,6 +17,7 @@
 #include <memory>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../../common/check.h"
@@ -156,6 +158,10 @@ public:
 
     double read_gbps() const { return read_gbps_; }
 
+    /// O and L of the last run (after run()).
+    std::vector<float> O() const { return stored_->O(); }
+    std::vector<float> L() const { return stored_->L(); }
+
 private:
     using Owner = ch10::DecodeArraysOwner<T, false>;
 
@@ -254,11 +260,33 @@ std::vector<ch10::ProgramRun> runs_of(const Options& o, const ch10::DecodeShape&
     return {{o.kernel, o.kernel == ch10::kPaged ? o.page_size : 0, o.tiles, 0}};
 }
 
+/// --save-npy: the inputs and the last run's O, L; exits with kExitFailed if a file cannot be written.
+void save_npy(const std::string& dir, const ch10::DecodeProblem& p, const std::vector<float>& O,
+              const std::vector<float>& L, const std::string& kernel) {
+    try {
+        ch10::save_decode_npy(dir, p, O, L);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "chapter10: %s\n", e.what());
+        std::exit(fa::kExitFailed);
+    }
+    std::printf("saved q, k_cache, v_cache, cache_lens, o, l (.npy; o and l of kernel %s) to %s\n", kernel.c_str(),
+                dir.c_str());
+}
+
+/// `loaded`: the inputs of --load-npy (not rounded yet); otherwise they are drawn from --seed.
 template <class T>
-int run_all(const Options& o, const ch10::DecodeShape& shape, const std::vector<ch10::ProgramRun>& runs) {
+int run_all(const Options& o, const ch10::DecodeShape& shape, const std::vector<ch10::ProgramRun>& runs,
+            ch10::DecodeProblem loaded) {
     std::printf("problem: %s, %s, K and V: %.1f MB\n", shape.str().c_str(), fa::dtype_name<T>(),
                 shape.kv_bytes(sizeof(T)) / 1e6);
-    const ch10::DecodeProblem p = ch10::make_problem<T>(shape, o.run.seed, o.magnitude);
+    ch10::DecodeProblem p;
+    if (o.run.load_npy.empty()) {
+        p = ch10::make_problem<T>(shape, o.run.seed, o.magnitude);
+    } else {
+        p = std::move(loaded);
+        ch10::round_to<T>(p);
+        std::printf("inputs loaded from %s (rounded to %s)\n", o.run.load_npy.c_str(), fa::dtype_name<T>());
+    }
     Runner<T> runner(o, p);
     std::vector<Row> rows;
     for (const ch10::ProgramRun& r : runs) {
@@ -271,6 +299,7 @@ int run_all(const Options& o, const ch10::DecodeShape& shape, const std::vector<
             std::printf("candidate %d: %s\n", r.candidate, ch10::tuning_candidates()[std::size_t(r.candidate)].c_str());
         rows.push_back(runner.run(r.variant, r.page_size, r.candidate));
     }
+    if (!o.run.save_npy.empty()) save_npy(o.run.save_npy, p, runner.O(), runner.L(), rows.back().name);
     print_summary(rows, runner.read_gbps());
     for (const Row& r : rows)
         if (!r.passed) return fa::kExitFailed;
@@ -279,6 +308,7 @@ int run_all(const Options& o, const ch10::DecodeShape& shape, const std::vector<
 
 void add_options(fa::Cli& cli, Options& o) {
     fa::add_run_options(cli, o.run);
+    fa::add_npy_options(cli, o.run);
     cli.option("--dtype", &o.dtype, "element type of Q, K, V, O", {"fp16", "bf16"});
     cli.option("--kernel", &o.kernel, "variant 1..5 (kernel/decode_attention.cuh lists them)", 1, 5);
     cli.option("--tiles", &o.tiles, "variant 5's tile candidate (-1: the default; --ladder: for kernel 5's rows)", -1,
@@ -309,6 +339,9 @@ void add_options(fa::Cli& cli, Options& o) {
         cli.conflict("--sweep", own, "--sweep runs variant 5's candidates at its own split counts, contiguous cache");
     cli.conflict("--check-rows", "--no-check", "nothing is checked");
     cli.conflict("--dirty-flush", "--no-bench", "nothing is timed");
+    for (const char* drawn : {"--batch", "--heads", "--kv-heads", "--q-len", "--dim", "--seq", "--cache-lens",
+                              "--random-lens", "--magnitude", "--seed"})
+        cli.conflict("--load-npy", drawn, "the inputs and their shape come from the files");
     cli.rule([&cli, &o]() -> std::string {
         if (cli.given("--page-sizes") && !o.ladder) return "--page-sizes applies to --ladder's kernel 5 rows";
         if (cli.given("--page-size") && !o.ladder && o.kernel != ch10::kPaged)
@@ -326,19 +359,33 @@ int main(int argc, char** argv) try {
     fa::Cli cli("chapter10", "attention for decoding: split-KV, GQA packing, a paged cache");
     add_options(cli, o);
     cli.parse(argc, argv);
-    const ch10::DecodeShape shape = shape_of(o);
+    ch10::DecodeShape shape;
+    ch10::DecodeProblem loaded;  // --load-npy: read and checked before any GPU is looked for
+    try {
+        shape = o.run.load_npy.empty() ? shape_of(o) : ch10::npy_decode_shape(o.run.load_npy);
+    } catch (const std::exception& e) {
+        cli.fail(e.what());
+    }
     const std::vector<ch10::ProgramRun> runs = runs_of(o, shape);
     const std::string bad = ch10::runs_error(shape, runs);
     if (!bad.empty()) cli.fail(bad);
     fa::require_host_memory("chapter10", ch10::host_bytes(shape),
                             shape.str() + " (the cache in float32, as stored before and after the append)");
+    if (!o.run.load_npy.empty()) {
+        try {
+            loaded = ch10::load_decode_npy(o.run.load_npy, shape);
+        } catch (const std::exception& e) {
+            cli.fail(e.what());
+        }
+    }
     fa::require_device("chapter10");
     const std::string why = ch10::device_unsupported_reason();
     if (!why.empty()) {
         std::fprintf(stderr, "chapter10: %s\n", why.c_str());
         return fa::kExitNoGpu;
     }
-    return o.dtype == "fp16" ? run_all<__half>(o, shape, runs) : run_all<__nv_bfloat16>(o, shape, runs);
+    return o.dtype == "fp16" ? run_all<__half>(o, shape, runs, std::move(loaded))
+                             : run_all<__nv_bfloat16>(o, shape, runs, std::move(loaded));
 } catch (...) {
     return fa::exit_status_of_exception("chapter10");
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "../../common/device.h"
@@ -31,6 +32,25 @@ struct DecodeProblem {
 /// rounded to T; cache rows past each sequence's length are NaN (a kernel that reads them fails).
 template <class T>
 DecodeProblem make_problem(const DecodeShape& s, std::uint64_t seed, double magnitude = 1.0);
+
+/// --load-npy: the shape of the decoding step saved in `dir`, from the headers of q.npy
+/// (B, H_q, q_len, D) and k_cache.npy, v_cache.npy (B, H_kv, N_max, D), float32 or float16, and
+/// from cache_lens.npy (B), int32 or int64: each sequence's length after the append. Contiguous,
+/// scale 1/√D; invalid_reason says whether the kernels support it. Throws "PATH: why" when the
+/// files disagree with each other.
+DecodeShape npy_decode_shape(const std::string& dir);
+/// The inputs saved in `dir`, of shape s (npy_decode_shape), as floats not yet rounded: Q finite,
+/// the cache rows below each sequence's length finite; the rows past it are not read (NaN here,
+/// as make_problem's). Throws "PATH: why" otherwise.
+DecodeProblem load_decode_npy(const std::string& dir, const DecodeShape& s);
+/// Rounds Q, K, V of p to T, as the kernels are given them (NaN stays NaN), and sets max_abs_V.
+template <class T>
+void round_to(DecodeProblem& p);
+/// --save-npy: writes q.npy, k_cache.npy, v_cache.npy (the logical cache after the append, NaN
+/// past each length), cache_lens.npy (int32), and the outputs o.npy (B, H_q, q_len, D) and l.npy
+/// (B, H_q, q_len, natural-log logsumexp) into `dir`, which must exist. Throws "PATH: why".
+void save_decode_npy(const std::string& dir, const DecodeProblem& p, const std::vector<float>& O,
+                     const std::vector<float>& L);
 
 /// The rows of the new tokens (B, H_kv, q_len, D) of a logical cache X.
 std::vector<float> new_tokens(const DecodeProblem& p, const std::vector<float>& X);
