@@ -7,10 +7,13 @@
 // program's runs (--ladder, --sweep) and their checks, its host-memory bound, the .npy files of
 // --save-npy and --load-npy (saved, read back, bad folders refused), and every kernel variant
 // on the CPU emulator (tags [v1]..[v5]) with the append step, groups of 1 to 24 rows (a second 16-row
-// block whose first row is not token 0).
+// block whose first row is not token 0); the e4m3 cache of kernel 6: its quantization round trip,
+// the append's quantization (saturating beyond the scale), and kernel 6 on the emulator over odd
+// lengths, q_len up to 16, g = 1 to 16, D = 64 and 128, large logits.
 // [gpu]: every variant on the GPU against the 2× rule: lengths 1, 17, 4097 and 100000 in one batch,
 // q_len 1, 3, 4 and 16, g = 1, 4, 8 and MQA, D = 64 and 128, fp16 and bf16, split counts from 1 to more
-// than the chunks, pages of 16, 32, 64 and 256 tokens in shuffled order, large logits; the append.
+// than the chunks, pages of 16, 32, 64 and 256 tokens in shuffled order, large logits; the append;
+// kernel 6 (e4m3 cache) on the same cases, checked against float64 of its dequantized cache.
 // Tags: [chapter10], [cpu] or [gpu], [vK] for the kernels of variant K.
 #include <catch2/catch.hpp>
 
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "../chapters/10_decoding/decoding.h"
+#include "../chapters/10_decoding/kernel/fp8.h"
 #include "../chapters/10_decoding/kernel/split_plan.h"
 #include "../chapters/10_decoding/problem.h"
 #include "../common/attention.h"
@@ -84,6 +88,7 @@ struct Expected {
     std::map<std::pair<int, int>, std::pair<std::vector<float>, std::vector<float>>> mirror;  // (chunk, B_c)
 };
 
+// The mirror of problem p (for kernel 6: of its dequantized cache).
 template <class T>
 const std::pair<std::vector<float>, std::vector<float>>& mirror_of(const DecodeProblem& p, Expected& e,
                                                                   const SplitPlan& plan, int Bc) {
@@ -98,11 +103,13 @@ const std::pair<std::vector<float>, std::vector<float>>& mirror_of(const DecodeP
 }
 
 // One problem (inputs, reference) per (dtype, shape, seed, magnitude), made once for all variants.
+// With fp8 (kernel 6) the reference reads the cache dequantized from e4m3 (quantize_cache).
 template <class T>
-std::pair<const DecodeProblem*, Expected*> problem_of(const DecodeShape& s, std::uint64_t seed, double magnitude) {
+std::pair<const DecodeProblem*, Expected*> problem_of(const DecodeShape& s, std::uint64_t seed, double magnitude,
+                                                       bool fp8) {
     static std::map<std::string, std::pair<DecodeProblem, Expected>> cache;  // the last problem only (they are large)
     const std::string key = std::string(fa::dtype_name<T>()) + s.str() + "/" + std::to_string(seed) + "/" +
-                            std::to_string(magnitude) + "/" + std::to_string(s.N_max);
+                            std::to_string(magnitude) + "/" + std::to_string(s.N_max) + (fp8 ? "/e4m3" : "");
     auto it = cache.find(key);
     if (it == cache.end()) {
         cache.clear();
@@ -110,7 +117,8 @@ std::pair<const DecodeProblem*, Expected*> problem_of(const DecodeShape& s, std:
         Expected e;
         e.rows = checked_rows(s);
         e.O.resize(e.rows.size() * s.D), e.L.resize(e.rows.size());
-        decode_reference_rows(p.s, p.Q.data(), p.K.data(), p.V.data(), e.rows, e.O.data(), e.L.data());
+        const DecodeProblem& q = fp8 ? quantize_cache(p, stored_cache(p, 0, 0)).dequantized : p;
+        decode_reference_rows(q.s, q.Q.data(), q.K.data(), q.V.data(), e.rows, e.O.data(), e.L.data());
         it = cache.emplace(key, std::make_pair(std::move(p), std::move(e))).first;
     }
     return {&it->second.first, &it->second.second};
@@ -121,22 +129,25 @@ std::pair<const DecodeProblem*, Expected*> problem_of(const DecodeShape& s, std:
 template <class T, bool Emulated>
 void check_variant(int variant, const DecodeShape& s, int page_size, Cut cut, int candidate = -1,
                    double magnitude = 1.0) {
-    auto [p, e] = problem_of<T>(s, 11 + std::uint64_t(s.max_len()), magnitude);
+    const bool fp8 = variant == kFp8;
+    auto [p, e] = problem_of<T>(s, 11 + std::uint64_t(s.max_len()), magnitude, fp8);
     const StoredCache c = stored_cache(*p, page_size, 99);
-    DecodeArraysOwner<T, Emulated> arrays(*p, c);
+    const Fp8Cache f = fp8 ? quantize_cache(*p, c) : Fp8Cache{};  // step 6: e4m3, and what the references read
+    const DecodeProblem& q = fp8 ? f.dequantized : *p;
+    DecodeArraysOwner<T, Emulated> arrays(*p, c, fp8 ? &f : nullptr);
     arrays.append();
     if constexpr (!Emulated) CUDA_CHECK(cudaDeviceSynchronize());
     INFO("kernel " << variant_name(variant) << " candidate " << candidate << ", " << c.s.str() << ", "
                    << fa::dtype_name<T>() << ", " << cut_name(cut) << ", magnitude " << magnitude);
     if (c.K.size() <= (std::size_t(1) << 25)) {  // the append, element by element (not on the largest caches)
-        CHECK(compare_cache(arrays.K_stored(), c.K) == "");
-        CHECK(compare_cache(arrays.V_stored(), c.V) == "");
+        CHECK(compare_cache(arrays.K_stored(), fp8 ? e4m3_values(f.K) : c.K) == "");
+        CHECK(compare_cache(arrays.V_stored(), fp8 ? e4m3_values(f.V) : c.V) == "");
     }
     const SplitPlan plan = plan_for(cut, variant, c.s, candidate, Emulated);
     // Kernel 5 counts each group's finished splits in `counters`, and the block that finishes a
     // group resets its counter for the next launch: so it runs twice on the same arrays, outputs
     // poisoned again before the second run, and the second run is checked.
-    for (int launch = 0; launch < (variant == kTuned ? 2 : 1); ++launch) {
+    for (int launch = 0; launch < (variant >= kTuned ? 2 : 1); ++launch) {
         const DecodeArrays<T> a = arrays.arrays(plan);
         if constexpr (Emulated) {
             decode_emulated<T>(variant, c.s, a, plan, candidate);
@@ -155,15 +166,15 @@ void check_variant(int variant, const DecodeShape& s, int page_size, Cut cut, in
         std::copy_n(&O[e->rows[r] * s.D], s.D, &Os[r * s.D]);
         Ls[r] = L[e->rows[r]];
     }
-    const auto& m = mirror_of<T>(*p, *e, plan, block_keys(variant, candidate));
-    const RuleCheck rule = low_precision_rule(p->s, e->rows.size(), Os.data(), Ls.data(), e->O.data(), e->L.data(),
-                                              m.first.data(), m.second.data(), p->max_abs_V);
+    const auto& m = mirror_of<T>(q, *e, plan, block_keys(variant, candidate));
+    const RuleCheck rule = low_precision_rule(q.s, e->rows.size(), Os.data(), Ls.data(), e->O.data(), e->L.data(),
+                                              m.first.data(), m.second.data(), q.max_abs_V);
     INFO("splits x keys " << plan.splits << " x " << plan.chunk << "\n" << rule.text);
     CHECK(rule.ok);
 }
 
 // Variant v's paged-or-contiguous layout for a case asking for pages of P tokens.
-int page_size_for(int variant, int P) { return variant == kPaged || (variant == kTuned && P > 0) ? (P > 0 ? P : 64) : 0; }
+int page_size_for(int variant, int P) { return variant == kPaged || (variant >= kTuned && P > 0) ? (P > 0 ? P : 64) : 0; }
 
 // The emulator's cases: small caches (the emulator runs a kernel thousands of times slower).
 template <class T>
@@ -359,6 +370,8 @@ TEST_CASE("bad input: one clear message", "[cpu][chapter10]") {
     table[std::size_t(ok.max_pages()) + 2] = ok.pool_pages();  // sequence 1, page 2 (keys 32..47 < 40)
     CHECK(invalid_table_reason(ok, table, ok.pool_pages()).find("outside the pool") != std::string::npos);
     CHECK(unsupported_reason(kPaged, make_decode_shape(1, 8, 2, 1, 64, 100, {100})).find("paged") != std::string::npos);
+    CHECK(unsupported_reason(kFp8, make_decode_shape(1, 8, 2, 1, 96, 100, {100})).find("head dim") != std::string::npos);
+    CHECK(unsupported_reason(kFp8, make_decode_shape(1, 8, 2, 1, 64, 100, {100}), 0).find("candidate") != std::string::npos);
 }
 
 namespace {
@@ -432,10 +445,11 @@ TEST_CASE(".npy files of --save-npy and --load-npy: a step's inputs and outputs 
 TEST_CASE("program runs: --ladder's and --sweep's runs, each checked before any device", "[cpu][chapter10]") {
     const DecodeShape s = make_decode_shape(2, 8, 2, 1, 128, 4097, {4097, 17});
     const std::vector<ProgramRun> ladder = ladder_runs(64, {16, 0, 256}, 2);
-    REQUIRE(ladder.size() == 7);
+    REQUIRE(ladder.size() == 8);
     CHECK(std::tie(ladder[3].variant, ladder[3].page_size, ladder[3].candidate) == std::make_tuple(int(kTuned), 0, 2));
-    CHECK(std::tie(ladder[4].variant, ladder[4].page_size, ladder[4].candidate) == std::make_tuple(int(kPaged), 64, -1));
-    CHECK(std::tie(ladder[6].variant, ladder[6].page_size) == std::make_tuple(int(kTuned), 256));
+    CHECK(std::tie(ladder[4].variant, ladder[4].page_size, ladder[4].candidate) == std::make_tuple(int(kFp8), 0, -1));
+    CHECK(std::tie(ladder[5].variant, ladder[5].page_size, ladder[5].candidate) == std::make_tuple(int(kPaged), 64, -1));
+    CHECK(std::tie(ladder[7].variant, ladder[7].page_size) == std::make_tuple(int(kTuned), 256));
     CHECK(runs_error(s, ladder).empty());
     // a page size that is not a power of two, in either list; a candidate past the last; kernel 4 contiguous
     CHECK_THAT(runs_error(s, ladder_runs(17, {16}, -1)), Catch::Contains("page size 17"));
@@ -477,6 +491,11 @@ TEST_CASE("host_bytes bounds what the program's host arrays take", "[cpu][chapte
                                      c.V_before.size()) + 1.5 * double(c.K.size());
         CHECK(floats * sizeof(float) <= host_bytes(s) - 64.0 * (1 << 20));
         CHECK(floats * sizeof(float) >= 0.5 * (host_bytes(s) - 64.0 * (1 << 20)));  // and not far above
+        // kernel 6 adds the e4m3 cache: four byte copies and the dequantized logical cache
+        const Fp8Cache f = quantize_cache(p, c);
+        const double fp8_floats = floats + double(f.K.size() + f.V.size() + f.K_before.size() + f.V_before.size()) / 4 +
+                                  double(f.dequantized.K.size() + f.dequantized.V.size());
+        CHECK(fp8_floats * sizeof(float) <= host_bytes(s, true) - 64.0 * (1 << 20));
     }
 }
 
@@ -510,6 +529,95 @@ TEST_CASE("kernel 5 on the CPU emulator: the in-kernel combine's rows (every thr
             s.N_max = s.max_len() + 2;
             check_variant<__nv_bfloat16, true>(kTuned, s, 0, Cut::kMany, c);
         }
+}
+
+TEST_CASE("e4m3: every byte's value round-trips, values round to nearest, beyond the scale saturate", "[cpu][chapter10][v6]") {
+    std::size_t finite = 0, wrong = 0;
+    for (int b = 0; b < 256; ++b) {  // scale 1: a byte's value quantizes back to the byte (its two NaNs stay NaN)
+        const float x = e4m3_value(std::uint8_t(b));
+        if (std::isnan(x)) continue;
+        ++finite;
+        wrong += e4m3_quantize(x, 1.0f) != std::uint8_t(b) && !(x == 0.0f && e4m3_quantize(x, 1.0f) == 0);
+    }
+    CHECK(finite == 254);
+    CHECK(wrong == 0);
+    CHECK(e4m3_value(0x7E) == kE4m3Max);
+    // a head's largest |x| maps to 448; the rest round to nearest: relative error at most 2^-4 for
+    // normal values (3 mantissa bits), at most half of 2^-9·s below them (subnormals)
+    const std::vector<float> x = fa::random_uniform(4096, 3, -3.0, 5.0);
+    float amax = 0.0f;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    const float s = e4m3_scale(amax);
+    double worst = 0;
+    for (float v : x) {
+        const float back = s * e4m3_value(e4m3_quantize(v, s));
+        worst = std::max(worst, std::fabs(double(back) - v) / std::max(std::fabs(double(v)), 64.0 * s));
+    }
+    CHECK(worst <= 1.0 / 16);
+    CHECK(s * e4m3_value(e4m3_quantize(amax, s)) == Approx(amax).epsilon(1e-6));
+    CHECK(e4m3_quantize(10.0f * amax, s) == 0x7E);  // +448: saturated, not NaN
+    CHECK(e4m3_quantize(-10.0f * amax, s) == 0xFE);
+    CHECK(std::isnan(e4m3_value(e4m3_quantize(NAN, s))));  // the tests' NaN poison survives quantization
+    CHECK(e4m3_scale(0.0f) == 1.0f);
+}
+
+TEST_CASE("kernel 6's append on the CPU emulator quantizes the new tokens, and clips those beyond the scale",
+          "[cpu][chapter10][v6]") {
+    // The scales are divided by 4 after the cache is quantized: a new token's |x| up to 4·448·s,
+    // so many elements exceed the scale. Each new element must hold e4m3(x / s), ±448 beyond it
+    // (never NaN); every other row is unchanged. Contiguous and paged (pages of 16).
+    for (int P : {0, 16}) {
+        DecodeShape s = make_decode_shape(3, 4, 2, 5, 64, 1, {5, 37, 100});
+        s.N_max = 104;
+        const DecodeProblem p = make_problem<__nv_bfloat16>(s, 21);
+        const StoredCache c = stored_cache(p, P, 4);
+        Fp8Cache f = quantize_cache(p, c);
+        for (float& x : f.K_scale) x /= 4;
+        for (float& x : f.V_scale) x /= 4;
+        DecodeArraysOwner<__nv_bfloat16, true> arrays(p, c, &f);
+        arrays.append();
+        const std::vector<float> K = arrays.K_stored(), V = arrays.V_stored();
+        std::vector<float> K_want = e4m3_values(f.K_before), V_want = e4m3_values(f.V_before);
+        std::size_t clipped = 0;
+        for (int b = 0; b < s.B; ++b)
+            for (int h = 0; h < s.H_kv; ++h)
+                for (int key = s.lens[b] - s.q_len; key < s.lens[b]; ++key) {
+                    const std::size_t from = contiguous_row(b, h, key, s.H_kv, s.N_max, s.D);
+                    const std::size_t to = P ? paged_row(&c.table[std::size_t(b) * c.s.max_pages()], key, c.s.page_shift(),
+                                                         h, s.H_kv, s.D)
+                                             : from;
+                    const std::size_t head = std::size_t(b) * s.H_kv + h;
+                    for (int d = 0; d < s.D; ++d) {
+                        K_want[to + d] = e4m3_value(e4m3_quantize(p.K[from + d], f.K_scale[head]));
+                        V_want[to + d] = e4m3_value(e4m3_quantize(p.V[from + d], f.V_scale[head]));
+                        clipped += std::fabs(p.K[from + d]) > kE4m3Max * f.K_scale[head];
+                        CHECK(std::fabs(K_want[to + d]) <= kE4m3Max);
+                    }
+                }
+        INFO("page size " << P);
+        CHECK(clipped > 0);
+        CHECK(compare_cache(K, K_want) == "");
+        CHECK(compare_cache(V, V_want) == "");
+    }
+}
+
+TEST_CASE("kernel 6 on the CPU emulator (e4m3 cache): the chapter's cases", "[cpu][chapter10][v6]") {
+    emulated_cases<__nv_bfloat16>(kFp8);
+}
+TEST_CASE("kernel 6 on the CPU emulator: q_len up to 16, g = 1 to 16, D = 64 and 128, large logits", "[cpu][chapter10][v6]") {
+    // 16 rows of one head (q_len 16), 32 rows (g = 2, q_len 16: two row blocks), g = 16 (MQA with
+    // 16 heads), g = 8 with q_len 3 (a second row block from token 1); fp16 and bf16; Q scaled by 8.
+    struct Case {
+        int H_q, H_kv, q_len, D, P;
+        double magnitude;
+    };
+    for (const Case& k : {Case{2, 2, 16, 64, 0, 1.0}, Case{4, 2, 16, 128, 32, 1.0}, Case{16, 1, 1, 128, 0, 1.0},
+                          Case{16, 2, 3, 64, 64, 1.0}, Case{8, 2, 4, 128, 0, 8.0}, Case{16, 1, 2, 64, 16, 8.0}}) {
+        DecodeShape s = make_decode_shape(2, k.H_q, k.H_kv, k.q_len, k.D, 1, lengths({203, 67}, k.q_len));
+        s.N_max = s.max_len() + 3;
+        check_variant<__nv_bfloat16, true>(kFp8, s, k.P, Cut::kMany, -1, k.magnitude);
+        check_variant<__half, true>(kFp8, s, k.P, Cut::kHeuristic, -1, k.magnitude);
+    }
 }
 
 // ---- [gpu] -------------------------------------------------------------------------------------
@@ -579,4 +687,25 @@ TEST_CASE("kernels 4 and 5 on the GPU: pages of 16, 32, 64, 256 tokens, lengths 
             check_variant<__half, false>(kTuned, s, P, Cut::kExtra);
         }
     }
+}
+TEST_CASE("kernel 6 on the GPU: the e4m3 cache, contiguous and paged, fp16 and bf16", "[gpu][chapter10][v6]") {
+    REQUIRE(have_sm80());
+    gpu_cases<__nv_bfloat16>(kFp8, true);
+    gpu_cases<__half>(kFp8, false);
+}
+TEST_CASE("kernel 6 on the GPU: q_len up to 16, g = 1 to 16, large logits, pages of 16 to 256", "[gpu][chapter10][v6]") {
+    REQUIRE(have_sm80());
+    const bool small = fa::test::small_shapes();
+    struct Heads {
+        int H_q, H_kv;
+    };
+    for (int q_len : {1, 3, 16})
+        for (const Heads& h : {Heads{2, 2}, Heads{16, 2}, Heads{16, 1}}) {  // g = 1, 8, 16
+            const std::vector<int> lens =
+                lengths(small ? std::vector<int>{1, 17, 258} : std::vector<int>{1, 17, 700, 4097}, q_len);
+            DecodeShape s = make_decode_shape(int(lens.size()), h.H_q, h.H_kv, q_len, 128, 1, lens);
+            s.N_max = s.max_len() + 1;
+            for (int P : {0, 16, 256}) check_variant<__nv_bfloat16, false>(kFp8, s, P, Cut::kHeuristic);
+            check_variant<__half, false>(kFp8, s, 0, Cut::kMany, -1, 8.0);
+        }
 }

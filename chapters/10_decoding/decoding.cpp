@@ -13,7 +13,7 @@
 namespace ch10 {
 
 std::string variant_name(int variant) {
-    static const char* names[] = {"1-fa2-grid", "2-split-kv", "3-gqa", "4-paged", "5-tuned"};
+    static const char* names[] = {"1-fa2-grid", "2-split-kv", "3-gqa", "4-paged", "5-tuned", "6-fp8-kv"};
     if (variant < kFirstVariant || variant > kLastVariant) return "unknown";
     return names[variant - 1];
 }
@@ -189,6 +189,7 @@ std::vector<std::string> tuning_candidates() {
 int tuned_candidate() { return TunedTiles<128, false>::kDefault; }
 
 int block_keys(int variant, int candidate) {
+    if (variant == kFp8) return Fp8Config<128, false>::Bc;
     if (variant != kTuned) return LadderConfig<128, false>::Bc;
     const std::vector<int> bc = fa::entries_of<int>(Step5List{}, [](auto cfg) { return decltype(cfg)::Bc; });
     return bc[std::size_t(candidate < 0 ? tuned_candidate() : candidate)];
@@ -225,7 +226,7 @@ std::vector<ProgramRun> sweep_runs(const DecodeShape& s) {
 
 std::vector<ProgramRun> ladder_runs(int page_size, const std::vector<int>& page_sizes, int candidate) {
     std::vector<ProgramRun> runs;
-    for (int v : {kFa2Grid, kSplitKv, kGqa, kTuned}) runs.push_back({v, 0, v == kTuned ? candidate : -1, 0});
+    for (int v : {kFa2Grid, kSplitKv, kGqa, kTuned, kFp8}) runs.push_back({v, 0, v == kTuned ? candidate : -1, 0});
     runs.push_back({kPaged, page_size, -1, 0});
     for (int P : page_sizes)
         if (P > 0) runs.push_back({kTuned, P, candidate, 0});

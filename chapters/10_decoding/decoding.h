@@ -26,9 +26,10 @@ enum Variant : int {
     kGqa = 3,      ///< + the g query heads of a KV head in one block: K and V read once per 16 rows
     kPaged = 4,    ///< + K and V through a block table (paged cache)
     kTuned = 5,    ///< + warps and pipeline depth from the sweep (contiguous or paged cache)
+    kFp8 = 6,      ///< 5 on an e4m3 cache, a scale per (sequence, KV head) for K and for V
 };
 constexpr int kFirstVariant = kFa2Grid;
-constexpr int kLastVariant = kTuned;
+constexpr int kLastVariant = kFp8;
 
 /// Short name, e.g. "3-gqa".
 std::string variant_name(int variant);
@@ -116,7 +117,7 @@ struct ProgramRun {
 /// --sweep: variant 5's candidates on the contiguous cache, each with the heuristic's plan, then
 /// at 1, 2, 4, … 256 splits, as long as each count gives a plan of its own.
 std::vector<ProgramRun> sweep_runs(const DecodeShape& s);
-/// --ladder: variants 1, 2, 3 and 5 (with `candidate`) on the contiguous cache, 4 on pages of
+/// --ladder: variants 1, 2, 3, 5 (with `candidate`) and 6 on the contiguous cache, 4 on pages of
 /// `page_size` tokens, then 5 on pages of each of `page_sizes` (0: none).
 std::vector<ProgramRun> ladder_runs(int page_size, const std::vector<int>& page_sizes, int candidate);
 /// Empty when every run can go ahead on shape s; else why the first that cannot does not
@@ -127,8 +128,12 @@ std::string runs_error(const DecodeShape& s, const std::vector<ProgramRun>& runs
 template <class T>
 struct DecodeArrays {
     const T* Q;
-    const T* K;            ///< contiguous cache or page pool
+    const T* K;            ///< contiguous cache or page pool (variants 1–5)
     const T* V;
+    const std::uint8_t* K8;  ///< variant 6: the cache in e4m3, same layout
+    const std::uint8_t* V8;
+    const float* K_scale;    ///< variant 6: (B, H_kv) scales of K and of V
+    const float* V_scale;
     const int* table;      ///< block table (paged), else unused
     const int* lens;       ///< B lengths
     T* O;
@@ -165,6 +170,16 @@ void append_kv(const DecodeShape& s, const T* K_new, const T* V_new, T* K, T* V,
 template <class T>
 void append_kv_emulated(const DecodeShape& s, const T* K_new, const T* V_new, T* K, T* V, const int* table,
                         const int* lens);
+
+/// Step 6: appends the new tokens (16-bit, as above) to an e4m3 cache, each element quantized with
+/// its (sequence, KV head)'s scale K_scale or V_scale (B, H_kv): e4m3(x / s), saturated at ±448.
+template <class T>
+void append_fp8(const DecodeShape& s, const T* K_new, const T* V_new, std::uint8_t* K8, std::uint8_t* V8,
+                const float* K_scale, const float* V_scale, const int* table, const int* lens);
+/// The same on the emulator, host arrays.
+template <class T>
+void append_fp8_emulated(const DecodeShape& s, const T* K_new, const T* V_new, std::uint8_t* K8, std::uint8_t* V8,
+                         const float* K_scale, const float* V_scale, const int* table, const int* lens);
 
 /// Empty when the device runs the kernels (compute capability 8.0+), else why not.
 std::string device_unsupported_reason();

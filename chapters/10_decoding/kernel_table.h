@@ -45,6 +45,7 @@ const std::vector<KernelEntry>& tuned_entries() {
 
 template <class T, int D, bool Paged>
 KernelEntry entry_for(int variant, int candidate) {
+    if (variant == kFp8) return entry_of<T, Fp8Config<D, Paged>>();
     if (variant == kTuned)
         return tuned_entries<T, D, Paged>()[std::size_t(candidate < 0 ? TunedTiles<D, Paged>::kDefault : candidate)];
     return entry_of<T, LadderConfig<D, Paged>>();
@@ -70,8 +71,11 @@ template <class T>
 DecodeParams make_params(int variant, const DecodeShape& s, const DecodeArrays<T>& a, const SplitPlan& plan) {
     DecodeParams p;
     p.Q = reinterpret_cast<const uint16_t*>(a.Q);
-    p.K = reinterpret_cast<const uint16_t*>(a.K);
-    p.V = reinterpret_cast<const uint16_t*>(a.V);
+    const bool fp8 = variant == kFp8;  // step 6: the e4m3 cache, addressed in 16-bit words
+    p.K = fp8 ? reinterpret_cast<const uint16_t*>(a.K8) : reinterpret_cast<const uint16_t*>(a.K);
+    p.V = fp8 ? reinterpret_cast<const uint16_t*>(a.V8) : reinterpret_cast<const uint16_t*>(a.V);
+    p.K_scale = a.K_scale;
+    p.V_scale = a.V_scale;
     p.table = a.table;
     p.lens = a.lens;
     p.O = reinterpret_cast<uint16_t*>(a.O);
@@ -79,7 +83,7 @@ DecodeParams make_params(int variant, const DecodeShape& s, const DecodeArrays<T
     p.O_part = a.O_part;
     p.L_part = a.L_part;
     p.counters = a.counters;
-    p.fused_combine = variant == kTuned;  // step 5
+    p.fused_combine = variant >= kTuned;  // step 5 (and 6)
     p.B = s.B, p.H_q = s.H_q, p.H_kv = s.H_kv, p.q_len = s.q_len, p.N_max = s.N_max;
     p.max_pages = s.max_pages(), p.page_shift = s.page_shift();
     p.heads_per_block = heads_per_block(variant, s);
@@ -98,15 +102,18 @@ inline dim3 combine_grid(const DecodeParams& p) {
     return dim3(unsigned(fa::ceil_div(int(std::size_t(p.B) * p.H_q * p.q_len), 4)));
 }
 
-/// The append kernel's parameters and grid (256 threads, one 16-byte chunk each).
-template <class T>
-AppendParams make_append_params(const DecodeShape& s, const T* K_new, const T* V_new, T* K, T* V,
-                                const int* table, const int* lens) {
+/// The append kernels' parameters and grid (256 threads, one 16-byte chunk of the new tokens
+/// each). C: T for the 16-bit cache, std::uint8_t for e4m3 with its scales (step 6).
+template <class T, class C>
+AppendParams make_append_params(const DecodeShape& s, const T* K_new, const T* V_new, C* K, C* V,
+                                const int* table, const int* lens, const float* K_scale = nullptr,
+                                const float* V_scale = nullptr) {
     AppendParams a;
     a.K_new = reinterpret_cast<const uint16_t*>(K_new);
     a.V_new = reinterpret_cast<const uint16_t*>(V_new);
     a.K = reinterpret_cast<uint16_t*>(K);
     a.V = reinterpret_cast<uint16_t*>(V);
+    a.K_scale = K_scale, a.V_scale = V_scale;
     a.table = s.paged() ? table : nullptr;
     a.lens = lens;
     a.B = s.B, a.H_kv = s.H_kv, a.q_len = s.q_len, a.D = s.D, a.N_max = s.N_max;

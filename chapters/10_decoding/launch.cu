@@ -59,9 +59,19 @@ void append_kv(const DecodeShape& s, const T* K_new, const T* V_new, T* K, T* V,
     CUDA_CHECK_LAUNCH();
 }
 
+template <class T>
+void append_fp8(const DecodeShape& s, const T* K_new, const T* V_new, std::uint8_t* K8, std::uint8_t* V8,
+                const float* K_scale, const float* V_scale, const int* table, const int* lens) {
+    exit_if(invalid_reason(s), "ch10::append_fp8");
+    append_fp8_kernel<T><<<append_grid(s), 256>>>(make_append_params(s, K_new, V_new, K8, V8, table, lens, K_scale, V_scale));
+    CUDA_CHECK_LAUNCH();
+}
+
 #define CH10_INSTANTIATE(T)                                                                                      \
     template void decode<T>(int, const DecodeShape&, const DecodeArrays<T>&, const SplitPlan&, int);              \
-    template void append_kv<T>(const DecodeShape&, const T*, const T*, T*, T*, const int*, const int*);
+    template void append_kv<T>(const DecodeShape&, const T*, const T*, T*, T*, const int*, const int*);          \
+    template void append_fp8<T>(const DecodeShape&, const T*, const T*, std::uint8_t*, std::uint8_t*, const float*, \
+                                const float*, const int*, const int*);
 CH10_INSTANTIATE(__half)
 CH10_INSTANTIATE(__nv_bfloat16)
 #undef CH10_INSTANTIATE

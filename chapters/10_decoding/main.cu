@@ -5,6 +5,8 @@
 //                                                      read bandwidth of this GPU (same run)
 //   ./chapter10 --sweep --seq 32768                    variant 5's candidates × split counts
 //   ./chapter10 --kernel 4 --page-size 16              the paged cache, pages of 16 tokens
+//   ./chapter10 --kernel 6 --seq 32768                 the e4m3 cache: time, and O's accuracy beside
+//                                                      the 16-bit cache's
 //   ./chapter10 --batch 4 --cache-lens 1,17,4097,100000 --q-len 1   mixed lengths in one batch
 //   ./chapter10 --save-npy dir / --load-npy dir     the step's inputs and O, L as .npy files
 //
@@ -100,8 +102,20 @@ std::vector<int> cache_lengths(const Options& o) {
 struct Row {
     std::string name, plan;
     double us = 0, gbps = 0;
+    double rel_l2 = -1, rel_l2_16bit = -1;  ///< O against float64 of the 16-bit cache; kernel 6: and against its 16-bit O
     bool timed = false, checked = false, passed = true;
 };
+
+/// Relative L2 error of n values against `want`.
+template <class W>
+double rel_l2(const float* got, const W* want, std::size_t n) {
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const double e = double(got[i]) - double(want[i]);
+        num += e * e, den += double(want[i]) * double(want[i]);
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+}
 
 template <class T>
 class Runner {
@@ -123,7 +137,7 @@ public:
 
     /// Runs `variant` on the cache stored with `page_size` (0: contiguous): append, check, time.
     Row run(int variant, int page_size, int candidate, const ch10::SplitPlan* forced = nullptr) {
-        Owner& dev = owner(page_size);
+        Owner& dev = owner(page_size, variant == ch10::kFp8);
         const ch10::DecodeShape& s = dev.shape();
         const int Bc = ch10::block_keys(variant, candidate);
         const ch10::SplitPlan plan = forced != nullptr ? *forced
@@ -148,7 +162,7 @@ public:
                 timer_.time([&] { ch10::decode<T>(variant, s, a, plan, candidate); }, o_.run.repeat, 2, after_flush());
             row.timed = true;
             row.us = t.median_ms * 1e3;
-            row.gbps = s.kv_bytes(sizeof(T)) / (t.median_ms * 1e-3) / 1e9;
+            row.gbps = s.kv_bytes(elem_bytes(variant)) / (t.median_ms * 1e-3) / 1e9;
             std::printf("  time  median %8.2f us  min %8.2f us  K,V read %7.1f GB/s  (%.1f%% of the read bandwidth)\n",
                         row.us, t.min_ms * 1e3, row.gbps, 100.0 * row.gbps / read_gbps_);
             if (!o_.run.csv.empty()) append_csv(row, variant, candidate, page_size, plan);
@@ -165,6 +179,8 @@ public:
 private:
     using Owner = ch10::DecodeArraysOwner<T, false>;
 
+    static std::size_t elem_bytes(int variant) { return variant == ch10::kFp8 ? 1 : sizeof(T); }
+
     // Before each timed run, after the timer's flush (a memset, which leaves L2 full of dirty
     // lines): a read of another buffer twice the size of L2, so that writing those lines back to
     // memory is not timed and L2 holds clean, unrelated data, as between two decoding steps.
@@ -175,17 +191,26 @@ private:
         };
     }
 
-    // The arrays of the cache stored with `page_size`: made, appended and checked once.
-    Owner& owner(int page_size) {
-        if (stored_ != nullptr && stored_->shape().page_size == page_size) return *stored_;
-        stored_.reset();
+    // The arrays of the cache stored with `page_size`, 16-bit or (fp8) e4m3: made, appended and
+    // checked once. An e4m3 cache also has the float64 reference over its dequantized values.
+    Owner& owner(int page_size, bool fp8) {
+        if (stored_ != nullptr && stored_->shape().page_size == page_size && (fp8_ != nullptr) == fp8) return *stored_;
+        stored_.reset(), fp8_.reset();
         const ch10::StoredCache c = ch10::stored_cache(p_, page_size, o_.run.seed + 5);
-        stored_ = std::make_unique<Owner>(p_, c);
+        if (fp8) {
+            fp8_ = std::make_unique<ch10::Fp8Cache>(ch10::quantize_cache(p_, c));
+            if (!o_.run.no_check) {
+                O_ref8_.resize(O_ref_.size()), L_ref8_.resize(L_ref_.size());
+                const ch10::DecodeProblem& q = fp8_->dequantized;
+                ch10::decode_reference_rows(q.s, q.Q.data(), q.K.data(), q.V.data(), rows_, O_ref8_.data(), L_ref8_.data());
+            }
+        }
+        stored_ = std::make_unique<Owner>(p_, c, fp8_.get());
         stored_->append();
         CUDA_CHECK(cudaDeviceSynchronize());
-        std::string why = ch10::compare_cache(stored_->K_stored(), c.K);
-        if (why.empty()) why = ch10::compare_cache(stored_->V_stored(), c.V);
-        std::printf("append of the new tokens' K, V to the %s cache: %s%s\n",
+        std::string why = ch10::compare_cache(stored_->K_stored(), fp8 ? ch10::e4m3_values(fp8_->K) : c.K);
+        if (why.empty()) why = ch10::compare_cache(stored_->V_stored(), fp8 ? ch10::e4m3_values(fp8_->V) : c.V);
+        std::printf("append of the new tokens' K, V to the %s%s cache: %s%s\n", fp8 ? "e4m3 " : "",
                     page_size ? ("paged (P = " + std::to_string(page_size) + ")").c_str() : "contiguous",
                     why.empty() ? "PASS" : "FAIL: ", why.c_str());
         append_failed_ |= !why.empty();
@@ -202,13 +227,32 @@ private:
             std::copy_n(&O[rows_[r] * p_.s.D], p_.s.D, &Os[r * p_.s.D]);
             Ls[r] = L[rows_[r]];
         }
+        // The 2× rule against float64 of the cache the kernel reads: step 6's dequantized one.
+        const ch10::DecodeProblem& q = fp8_ != nullptr ? fp8_->dequantized : p_;
+        const std::vector<double>& O_ref = fp8_ != nullptr ? O_ref8_ : O_ref_;
+        const std::vector<double>& L_ref = fp8_ != nullptr ? L_ref8_ : L_ref_;
         std::vector<float> Om(Os.size()), Lm(Ls.size());
-        ch10::mirror_decode<T>(p_.s, plan, Bc, p_.Q.data(), p_.K.data(), p_.V.data(), nullptr, rows_, Om.data(), Lm.data());
-        const ch10::RuleCheck c = ch10::low_precision_rule(p_.s, rows_.size(), Os.data(), Ls.data(), O_ref_.data(),
-                                                          L_ref_.data(), Om.data(), Lm.data(), p_.max_abs_V);
+        ch10::mirror_decode<T>(q.s, plan, Bc, q.Q.data(), q.K.data(), q.V.data(), nullptr, rows_, Om.data(), Lm.data());
+        const ch10::RuleCheck c = ch10::low_precision_rule(q.s, rows_.size(), Os.data(), Ls.data(), O_ref.data(),
+                                                          L_ref.data(), Om.data(), Lm.data(), q.max_abs_V);
         std::printf("%s  every element of O and L finite: %s\n", c.text.c_str(), finite ? "PASS" : "FAIL");
+        row.rel_l2 = rel_l2(Os.data(), O_ref_.data(), Os.size());
+        if (fp8_ != nullptr) print_fp8_accuracy(plan, Bc, Os, row);
         row.checked = true;
         row.passed = c.ok && finite && !append_failed_;
+    }
+
+    // Step 6's cost in accuracy, O's relative L2 error over the checked rows: against float64 of
+    // the 16-bit cache, and against O from the 16-bit cache with kernel 5's math (its CPU mirror,
+    // which kernel 5 matches within the 2× rule), beside the 16-bit cache's own error.
+    void print_fp8_accuracy(const ch10::SplitPlan& plan, int Bc, const std::vector<float>& Os, Row& row) {
+        std::vector<float> O16(Os.size()), L16(rows_.size());
+        ch10::mirror_decode<T>(p_.s, plan, Bc, p_.Q.data(), p_.K.data(), p_.V.data(), nullptr, rows_, O16.data(), L16.data());
+        row.rel_l2_16bit = rel_l2(Os.data(), O16.data(), Os.size());
+        std::printf("  accuracy of O, relative L2 over %zu rows:\n"
+                    "    e4m3 cache  vs float64 of the 16-bit cache %.3e, vs O of the 16-bit cache %.3e\n"
+                    "    16-bit cache (kernel 5's math, CPU mirror) vs float64 of the 16-bit cache %.3e\n",
+                    rows_.size(), row.rel_l2, row.rel_l2_16bit, rel_l2(O16.data(), O_ref_.data(), O16.size()));
     }
 
     void append_csv(const Row& row, int variant, int candidate, int page_size, const ch10::SplitPlan& plan) {
@@ -217,12 +261,14 @@ private:
         std::fseek(f, 0, SEEK_END);
         if (std::ftell(f) == 0)
             std::fprintf(f, "variant,candidate,dtype,batch,heads_q,heads_kv,q_len,dim,max_len,kv_bytes,page_size,"
-                            "splits,chunk,median_us,kv_gbps,read_gbps,check,label\n");
+                            "splits,chunk,median_us,kv_gbps,read_gbps,check,label,o_rel_l2,o_rel_l2_vs_16bit\n");
         const ch10::DecodeShape& s = p_.s;
-        std::fprintf(f, "%s,%d,%s,%d,%d,%d,%d,%d,%d,%.0f,%d,%d,%d,%.3f,%.1f,%.1f,%s,%s\n", ch10::variant_name(variant).c_str(),
-                     candidate, fa::dtype_name<T>(), s.B, s.H_q, s.H_kv, s.q_len, s.D, s.max_len(), s.kv_bytes(sizeof(T)),
-                     page_size, plan.splits, plan.chunk, row.us, row.gbps, read_gbps_,
-                     row.checked ? (row.passed ? "PASS" : "FAIL") : "skipped", row.name.c_str());
+        auto number = [](double x) { return x < 0 ? std::string() : std::to_string(x); };  // empty: not measured
+        std::fprintf(f, "%s,%d,%s,%d,%d,%d,%d,%d,%d,%.0f,%d,%d,%d,%.3f,%.1f,%.1f,%s,%s,%s,%s\n",
+                     ch10::variant_name(variant).c_str(), candidate, fa::dtype_name<T>(), s.B, s.H_q, s.H_kv, s.q_len,
+                     s.D, s.max_len(), s.kv_bytes(elem_bytes(variant)), page_size, plan.splits, plan.chunk, row.us,
+                     row.gbps, read_gbps_, row.checked ? (row.passed ? "PASS" : "FAIL") : "skipped", row.name.c_str(),
+                     number(row.rel_l2).c_str(), number(row.rel_l2_16bit).c_str());
         std::fclose(f);
     }
 
@@ -230,7 +276,8 @@ private:
     const ch10::DecodeProblem& p_;
     fa::GpuTimer timer_;
     std::vector<std::size_t> rows_;
-    std::vector<double> O_ref_, L_ref_;
+    std::vector<double> O_ref_, L_ref_, O_ref8_, L_ref8_;  // float64 of the 16-bit cache; of the e4m3 one
+    std::unique_ptr<ch10::Fp8Cache> fp8_;                 // step 6's cache, while kernel 6 runs
     std::unique_ptr<Owner> stored_;
     fa::DeviceBuffer<uint4> clean_;
     fa::DeviceBuffer<unsigned> sink_{1};
@@ -310,7 +357,7 @@ void add_options(fa::Cli& cli, Options& o) {
     fa::add_run_options(cli, o.run);
     fa::add_npy_options(cli, o.run);
     cli.option("--dtype", &o.dtype, "element type of Q, K, V, O", {"fp16", "bf16"});
-    cli.option("--kernel", &o.kernel, "variant 1..5 (kernel/decode_attention.cuh lists them)", 1, 5);
+    cli.option("--kernel", &o.kernel, "variant 1..6 (kernel/decode_attention.cuh lists them)", 1, 6);
     cli.option("--tiles", &o.tiles, "variant 5's tile candidate (-1: the default; --ladder: for kernel 5's rows)", -1,
                int(ch10::tuning_candidates().size()) - 1);
     cli.option("--batch", &o.B, "sequences", 1, 65535);
@@ -369,7 +416,10 @@ int main(int argc, char** argv) try {
     const std::vector<ch10::ProgramRun> runs = runs_of(o, shape);
     const std::string bad = ch10::runs_error(shape, runs);
     if (!bad.empty()) cli.fail(bad);
-    fa::require_host_memory("chapter10", ch10::host_bytes(shape),
+    if (!o.run.save_npy.empty() && runs.back().variant == ch10::kFp8)
+        cli.fail("--save-npy writes the 16-bit cache, which kernel 6 does not read: save with another kernel");
+    const bool fp8 = std::any_of(runs.begin(), runs.end(), [](const ch10::ProgramRun& r) { return r.variant == ch10::kFp8; });
+    fa::require_host_memory("chapter10", ch10::host_bytes(shape, fp8),
                             shape.str() + " (the cache in float32, as stored before and after the append)");
     if (!o.run.load_npy.empty()) {
         try {

@@ -2,6 +2,7 @@
 // the kernels run on (problem.h).
 #include "problem.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include "../../common/exit_codes.h"
 #include "../../common/parallel.h"
 #include "../../common/random.h"
+#include "kernel/fp8.h"
 #include "kernel/split_plan.h"
 
 namespace ch10 {
@@ -35,9 +37,9 @@ void for_each_row(const DecodeShape& s, F f) {
 }
 }  // namespace
 
-double host_bytes(const DecodeShape& s) {
+double host_bytes(const DecodeShape& s, bool fp8) {
     const double cache = double(s.B) * s.H_kv * (double(s.N_max) + 256.0) * s.D;  // pages round N_max up
-    return 7.5 * cache * sizeof(float) + 64.0 * (1 << 20);
+    return (fp8 ? 10.5 : 7.5) * cache * sizeof(float) + 64.0 * (1 << 20);
 }
 
 template <class T>
@@ -123,6 +125,87 @@ StoredCache stored_cache(const DecodeProblem& p, int page_size, std::uint64_t se
     return c;
 }
 
+namespace {
+// e4m3_scale of the largest |x| of each (sequence, KV head)'s rows below its length in X.
+std::vector<float> head_scales(const DecodeShape& s, const std::vector<float>& X) {
+    std::vector<float> scale(std::size_t(s.B) * s.H_kv);
+    fa::parallel_for(scale.size(), [&](std::size_t bh) {
+        const int b = int(bh / s.H_kv), h = int(bh % s.H_kv);
+        float amax = 0.0f;
+        for (std::size_t i = contiguous_row(b, h, 0, s.H_kv, s.N_max, s.D);
+             i < contiguous_row(b, h, s.lens[b], s.H_kv, s.N_max, s.D); ++i)
+            amax = std::max(amax, std::fabs(X[i]));
+        scale[bh] = e4m3_scale(amax);
+    });
+    return scale;
+}
+
+// Which (sequence, KV head), b·H_kv + h, owns each element of a cache stored as c is: a
+// contiguous cache's rows by position; a pool page by the block-table entry that names it (the
+// table is a permutation of the pool's pages).
+std::vector<std::size_t> element_heads(const StoredCache& c) {
+    const DecodeShape& s = c.s;
+    const std::size_t rows = s.cache_elems() / s.D;
+    const std::size_t page_rows = s.paged() ? std::size_t(s.page_size) : std::size_t(s.N_max);
+    std::vector<std::size_t> page_owner;
+    if (s.paged()) {
+        page_owner.resize(std::size_t(s.pool_pages()));
+        for (std::size_t e = 0; e < c.table.size(); ++e) page_owner[std::size_t(c.table[e])] = e / s.max_pages();
+    }
+    std::vector<std::size_t> head(rows);
+    for (std::size_t r = 0; r < rows; ++r) {
+        const std::size_t block = r / page_rows;  // (b, h) of a contiguous cache; (page, h) of a pool
+        head[r] = s.paged() ? page_owner[block / s.H_kv] * s.H_kv + block % s.H_kv : block;
+    }
+    return head;
+}
+
+// e4m3(x / s) of every element of X (stored as c is), s its head's scale.
+std::vector<std::uint8_t> quantized(const StoredCache& c, const std::vector<std::size_t>& heads,
+                                    const std::vector<float>& X, const std::vector<float>& scale) {
+    std::vector<std::uint8_t> q(X.size());
+    const std::size_t D = std::size_t(c.s.D);
+    fa::parallel_for(heads.size(), [&](std::size_t r) {
+        for (std::size_t d = 0; d < D; ++d) q[r * D + d] = e4m3_quantize(X[r * D + d], scale[heads[r]]);
+    });
+    return q;
+}
+
+// s·e4m3(x / s) of the logical cache X (NaN stays NaN).
+std::vector<float> dequantized(const DecodeShape& s, const std::vector<float>& X, const std::vector<float>& scale) {
+    std::vector<float> out(X.size());
+    const std::size_t per_head = std::size_t(s.N_max) * s.D;
+    fa::parallel_for(scale.size(), [&](std::size_t bh) {
+        for (std::size_t i = bh * per_head; i < (bh + 1) * per_head; ++i)
+            out[i] = scale[bh] * e4m3_value(e4m3_quantize(X[i], scale[bh]));
+    });
+    return out;
+}
+}  // namespace
+
+Fp8Cache quantize_cache(const DecodeProblem& p, const StoredCache& c) {
+    Fp8Cache f;
+    f.K_scale = head_scales(p.s, p.K);
+    f.V_scale = head_scales(p.s, p.V);
+    const std::vector<std::size_t> heads = element_heads(c);
+    f.K = quantized(c, heads, c.K, f.K_scale), f.V = quantized(c, heads, c.V, f.V_scale);
+    f.K_before = quantized(c, heads, c.K_before, f.K_scale), f.V_before = quantized(c, heads, c.V_before, f.V_scale);
+    f.dequantized = p;
+    f.dequantized.K = dequantized(p.s, p.K, f.K_scale);
+    f.dequantized.V = dequantized(p.s, p.V, f.V_scale);
+    double max_abs_V = 0;
+    for (float x : f.dequantized.V)
+        if (!std::isnan(x)) max_abs_V = std::max(max_abs_V, double(std::fabs(x)));
+    f.dequantized.max_abs_V = max_abs_V;
+    return f;
+}
+
+std::vector<float> e4m3_values(const std::vector<std::uint8_t>& bytes) {
+    std::vector<float> out(bytes.size());
+    for (std::size_t i = 0; i < bytes.size(); ++i) out[i] = e4m3_value(bytes[i]);
+    return out;
+}
+
 // ---- DecodeArraysOwner ------------------------------------------------------------------------------
 
 namespace {
@@ -155,14 +238,19 @@ const StoredCache& checked(const StoredCache& c) {
 }  // namespace
 
 template <class T, bool Emulated>
-DecodeArraysOwner<T, Emulated>::DecodeArraysOwner(const DecodeProblem& p, const StoredCache& c)
+DecodeArraysOwner<T, Emulated>::DecodeArraysOwner(const DecodeProblem& p, const StoredCache& c, const Fp8Cache* fp8)
     : s_(checked(c).s),
+      fp8_(fp8 != nullptr),
       Q_(make_store<Store<T>>(fa::convert_from_float<T>(p.Q))),
-      K_(make_store<Store<T>>(fa::convert_from_float<T>(c.K_before))),
-      V_(make_store<Store<T>>(fa::convert_from_float<T>(c.V_before))),
+      K_(make_store<Store<T>>(fa::convert_from_float<T>(fp8_ ? std::vector<float>{} : c.K_before))),
+      V_(make_store<Store<T>>(fa::convert_from_float<T>(fp8_ ? std::vector<float>{} : c.V_before))),
       K_new_(make_store<Store<T>>(fa::convert_from_float<T>(new_tokens(p, p.K)))),
       V_new_(make_store<Store<T>>(fa::convert_from_float<T>(new_tokens(p, p.V)))),
       O_(s_.q_elems()),
+      K8_(make_store<Store<std::uint8_t>>(fp8_ ? fp8->K_before : std::vector<std::uint8_t>{})),
+      V8_(make_store<Store<std::uint8_t>>(fp8_ ? fp8->V_before : std::vector<std::uint8_t>{})),
+      K_scale_(make_store<Store<float>>(fp8_ ? fp8->K_scale : std::vector<float>{})),
+      V_scale_(make_store<Store<float>>(fp8_ ? fp8->V_scale : std::vector<float>{})),
       L_(s_.rows()),
       lens_(make_store<Store<int>>(s_.lens)),
       table_(make_store<Store<int>>(c.table)),
@@ -170,6 +258,15 @@ DecodeArraysOwner<T, Emulated>::DecodeArraysOwner(const DecodeProblem& p, const 
 
 template <class T, bool Emulated>
 void DecodeArraysOwner<T, Emulated>::append() {
+    if (fp8_) {  // step 6
+        if constexpr (Emulated)
+            append_fp8_emulated<T>(s_, ptr(K_new_), ptr(V_new_), ptr(K8_), ptr(V8_), ptr(K_scale_), ptr(V_scale_),
+                                   ptr(table_), ptr(lens_));
+        else
+            append_fp8<T>(s_, ptr(K_new_), ptr(V_new_), ptr(K8_), ptr(V8_), ptr(K_scale_), ptr(V_scale_), ptr(table_),
+                          ptr(lens_));
+        return;
+    }
     if constexpr (Emulated)
         append_kv_emulated<T>(s_, ptr(K_new_), ptr(V_new_), ptr(K_), ptr(V_), ptr(table_), ptr(lens_));
     else
@@ -177,9 +274,13 @@ void DecodeArraysOwner<T, Emulated>::append() {
 }
 
 template <class T, bool Emulated>
-std::vector<float> DecodeArraysOwner<T, Emulated>::K_stored() const { return fa::convert_to_float(to_host(K_)); }
+std::vector<float> DecodeArraysOwner<T, Emulated>::K_stored() const {
+    return fp8_ ? e4m3_values(to_host(K8_)) : fa::convert_to_float(to_host(K_));
+}
 template <class T, bool Emulated>
-std::vector<float> DecodeArraysOwner<T, Emulated>::V_stored() const { return fa::convert_to_float(to_host(V_)); }
+std::vector<float> DecodeArraysOwner<T, Emulated>::V_stored() const {
+    return fp8_ ? e4m3_values(to_host(V8_)) : fa::convert_to_float(to_host(V_));
+}
 template <class T, bool Emulated>
 std::vector<float> DecodeArraysOwner<T, Emulated>::O() const { return fa::convert_to_float(to_host(O_)); }
 template <class T, bool Emulated>
@@ -192,7 +293,7 @@ DecodeArrays<T> DecodeArraysOwner<T, Emulated>::arrays(const SplitPlan& plan) {
         L_part_ = Store<float>(partial_rows(s_, plan));
     }
     poison(O_), poison(L_), poison(O_part_), poison(L_part_);
-    return {ptr(Q_), ptr(K_), ptr(V_), ptr(table_), ptr(lens_), ptr(O_), ptr(L_), ptr(O_part_), ptr(L_part_), ptr(counters_)};
+    return {ptr(Q_), ptr(K_), ptr(V_), ptr(K8_), ptr(V8_), ptr(K_scale_), ptr(V_scale_), ptr(table_), ptr(lens_), ptr(O_), ptr(L_), ptr(O_part_), ptr(L_part_), ptr(counters_)};
 }
 
 template class DecodeArraysOwner<__half, false>;

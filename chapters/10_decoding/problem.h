@@ -16,9 +16,9 @@ namespace ch10 {
 
 /// Host bytes the arrays of this file take at most for shape s (with pages of up to 256 tokens):
 /// the logical cache K, V of a DecodeProblem, a StoredCache's four copies, and one cache read back
-/// (7.5 float copies of the cache), plus 64 MiB for the rest. The program compares it with what the
-/// machine has before it makes any.
-double host_bytes(const DecodeShape& s);
+/// (7.5 float copies of the cache); with `fp8` (kernel 6 runs) an Fp8Cache too (3 more), plus
+/// 64 MiB for the rest. The program compares it with what the machine has before it makes any.
+double host_bytes(const DecodeShape& s, bool fp8 = false);
 
 /// One decoding step's inputs, rounded to the kernels' 16-bit type, as floats.
 struct DecodeProblem {
@@ -71,15 +71,29 @@ struct StoredCache {
 };
 StoredCache stored_cache(const DecodeProblem& p, int page_size, std::uint64_t seed);
 
+/// Step 6: the cache of problem p in e4m3 (kernel/fp8.h), stored in the layout of c. Each (sequence,
+/// KV head) has a scale for K and one for V, e4m3_scale of the largest |x| of its rows below the
+/// length, new tokens included (as a scale calibrated beforehand would cover them).
+struct Fp8Cache {
+    std::vector<float> K_scale, V_scale;                  ///< (B, H_kv)
+    std::vector<std::uint8_t> K, V, K_before, V_before;   ///< e4m3(x / s) of c.K, c.V, c.K_before, c.V_before
+    DecodeProblem dequantized;  ///< p with every cached x replaced by s·e4m3(x / s): what the references read
+};
+Fp8Cache quantize_cache(const DecodeProblem& p, const StoredCache& c);
+/// The values of e4m3 bytes, unscaled (to compare a stored cache with compare_cache).
+std::vector<float> e4m3_values(const std::vector<std::uint8_t>& bytes);
+
 /// Q, the cache, the outputs and the split partials of one problem, in device memory (GPU) or in
 /// host vectors (the emulator): `Emulated` picks. The cache starts as before the append; append()
-/// runs the kernel that adds the new tokens.
+/// runs the kernel that adds the new tokens. With `fp8` the cache is fp8's e4m3 bytes and scales
+/// (step 6), and there is no 16-bit cache.
 template <class T, bool Emulated>
 class DecodeArraysOwner {
 public:
-    DecodeArraysOwner(const DecodeProblem& p, const StoredCache& c);
-    /// Appends the new tokens (append_kv, or its emulation); returns the cache as stored after it.
+    DecodeArraysOwner(const DecodeProblem& p, const StoredCache& c, const Fp8Cache* fp8 = nullptr);
+    /// Appends the new tokens (append_kv or append_fp8, or their emulation).
     void append();
+    /// The cache as stored (step 6: e4m3_values of its bytes).
     std::vector<float> K_stored() const;
     std::vector<float> V_stored() const;
     /// The arrays for `plan` (partials grown to fit), outputs and partials poisoned (NaN).
@@ -92,8 +106,10 @@ private:
     template <class U>
     using Store = std::conditional_t<Emulated, std::vector<U>, fa::DeviceBuffer<U>>;
     DecodeShape s_;
+    bool fp8_;
     Store<T> Q_, K_, V_, K_new_, V_new_, O_;
-    Store<float> L_, O_part_, L_part_;
+    Store<std::uint8_t> K8_, V8_;
+    Store<float> K_scale_, V_scale_, L_, O_part_, L_part_;
     Store<int> lens_, table_, counters_;
 };
 

@@ -51,9 +51,18 @@ void append_kv_emulated(const DecodeShape& s, const T* K_new, const T* V_new, T*
     tc::emu::launch(append_grid(s), dim3(256), smem_raw, 0, [&] { append_kv_kernel(a); });
 }
 
+template <class T>
+void append_fp8_emulated(const DecodeShape& s, const T* K_new, const T* V_new, std::uint8_t* K8, std::uint8_t* V8,
+                         const float* K_scale, const float* V_scale, const int* table, const int* lens) {
+    const AppendParams a = make_append_params(s, K_new, V_new, K8, V8, table, lens, K_scale, V_scale);
+    tc::emu::launch(append_grid(s), dim3(256), smem_raw, 0, [&] { append_fp8_kernel<T>(a); });
+}
+
 #define CH10_INSTANTIATE(T)                                                                                      \
     template void decode_emulated<T>(int, const DecodeShape&, const DecodeArrays<T>&, const SplitPlan&, int);     \
-    template void append_kv_emulated<T>(const DecodeShape&, const T*, const T*, T*, T*, const int*, const int*);
+    template void append_kv_emulated<T>(const DecodeShape&, const T*, const T*, T*, T*, const int*, const int*); \
+    template void append_fp8_emulated<T>(const DecodeShape&, const T*, const T*, std::uint8_t*, std::uint8_t*,     \
+                                         const float*, const float*, const int*, const int*);
 CH10_INSTANTIATE(__half)
 CH10_INSTANTIATE(__nv_bfloat16)
 #undef CH10_INSTANTIATE

@@ -23,6 +23,11 @@ struct TunedTiles
     : fa::Tuning<fa::ConfigList<DecodeConfig<D, 4, 2, Paged>, DecodeConfig<D, 4, 3, Paged>, DecodeConfig<D, 4, 4, Paged>,
                                 DecodeConfig<D, 8, 2, Paged>, DecodeConfig<D, 4, 3, Paged, true>>,
                  1> {};
+/// Step 6: kernel 5's default tiles (4 warps, 3 stages) on an e4m3 cache. Shared memory at
+/// D = 128: 4 KB of Q, 48 KB of e4m3 stages, 32 KB for the 16-bit tile in use.
+template <int D, bool Paged>
+using Fp8Config = DecodeConfig<D, 4, 3, Paged, false, true>;
+
 constexpr int kTunedCandidateCount = TunedTiles<128, false>::List::size;
 
 }  // namespace ch10

@@ -14,6 +14,10 @@
 ///   4  paged      as 3, K/V rows found through a block table (pages of P tokens, any order)
 ///   5  tuned      as 3 (or 4 on a paged cache), with the warps and pipeline depth of the sweep;
 ///                 the last block of each group to finish merges the splits (no second kernel)
+///   6  fp8-kv     as 5 on a cache of e4m3 bytes with a scale per (sequence, KV head) for K and
+///                 for V: half the bytes to read; each tile is converted to 16 bits in shared
+///                 memory (dequantize_kv), the scales applied in fp32 (s_K in the softmax scale,
+///                 s_V in the output); append_fp8_kernel quantizes the new tokens
 ///
 /// Who owns what. The block's query rows are one 16-row m-tile: packed row r is token r % q_len of
 /// query head hq0 + r / q_len (step 3; steps 1–2 have one head, r = token); rows past g·q_len are
@@ -40,6 +44,7 @@
 #include "../../07_tensor_cores/kernel/online_softmax.cuh"
 #include "../../07_tensor_cores/kernel/warp_tile.cuh"
 #include "decode_config.h"
+#include "fp8.h"
 #include "split_plan.h"
 
 namespace ch10 {
@@ -49,7 +54,9 @@ inline namespace FA_TC_KERNELS {
 struct DecodeParams {
     const uint16_t* Q;   ///< (B, H_q, q_len, D): the new tokens' queries
     const uint16_t* K;   ///< cache: contiguous (B, H_kv, N_max, D), or the page pool (pages, H_kv, P, D)
-    const uint16_t* V;   ///< same layout as K
+    const uint16_t* V;   ///< same layout as K (step 6: e4m3 bytes, two per 16-bit word)
+    const float* K_scale;  ///< step 6: (B, H_kv), the dequantization scale s_K of each KV head's K
+    const float* V_scale;  ///< step 6: (B, H_kv), s_V of its V
     const int* table;    ///< paged: block table (B, max_pages), pool page of each P keys
     const int* lens;     ///< (B): cache length of each sequence, new tokens included
     uint16_t* O;         ///< (B, H_q, q_len, D)
@@ -82,11 +89,11 @@ constexpr float kNoKeyYet = -1e30f;
 /// and V, and inside a run the addressing of a contiguous cache. P ≥ B_c: the tile is one run, and
 /// load_tile reads it. P < B_c: B_c / P runs; thread x moves 16-byte chunk x % (D/8) of tile rows
 /// i = x / (D/8) + k·(threads/(D/8)), as load_tile does, and looks a run's page up once, at its
-/// first row among the thread's rows.
+/// first row among the thread's rows. Rows are counted in 16-bit words (step 6: D/2 words).
 template <class Cfg>
 __device__ __forceinline__ void load_paged_kv(uint16_t* K_tile, uint16_t* V_tile, const DecodeParams& p,
                                               const int* table_row, int key0, int key_end, int h) {
-    constexpr int D = Cfg::D, Bc = Cfg::Bc, kChunks = D / 8, kRowsPerPass = Cfg::kThreads / kChunks;
+    constexpr int D = Cfg::kRowWords, Bc = Cfg::Bc, kChunks = D / 8, kRowsPerPass = Cfg::kThreads / kChunks;
     static_assert(Bc % kRowsPerPass == 0 && kRowsPerPass % 8 == 0, "load_paged_kv: whole passes");
     const int shift = p.page_shift;
     const int n = key_end - key0;  // rows of the tile that hold keys of the split
@@ -120,6 +127,39 @@ __device__ __forceinline__ void load_paged_kv(uint16_t* K_tile, uint16_t* V_tile
     }
 }
 
+/// Two e4m3 bytes (the low one first) as two T values packed in 32 bits, the low one first (exact,
+/// e4m3_value says why).
+template <class T>
+__device__ __forceinline__ uint32_t e4m3x2_to(uint32_t two) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xFFFFu), __NV_E4M3);
+    if constexpr (std::is_same_v<T, __half>) return uint32_t(h.x) | uint32_t(h.y) << 16;
+    return tc::pack2<T>(tc::bits_to_float<__half>(h.x), tc::bits_to_float<__half>(h.y));
+}
+
+/// Step 6: K_j and V_j, staged as the cache stores them (2·B_c rows of D e4m3 bytes, swizzled as
+/// load_tile stores rows of D/2 16-bit words), converted to T into `tile`, in the swizzled layout
+/// chapter 7's ldmatrix reads. Shared memory, not registers, because mma.sync's B fragments come
+/// from ldmatrix over 16-bit rows (V transposed): converting after ldmatrix would need a transpose
+/// of 8-bit fragments, which chapter 7's tile does not have. The scales are not applied here: they
+/// are one fp32 multiply per row elsewhere, and the conversion itself is exact. Thread x converts
+/// 16-byte chunks x, x + threads, …: 16 elements in, two chunks of 8 out.
+template <class T, class Cfg>
+__device__ __forceinline__ void dequantize_kv(uint16_t* tile, const uint16_t* staged) {
+    constexpr int kWords = Cfg::kRowWords, kChunks = kWords / 8;
+    static_assert(2 * Cfg::Bc * kChunks % Cfg::kThreads == 0, "dequantize_kv: whole passes");
+    #pragma unroll
+    for (int x = int(threadIdx.x); x < 2 * Cfg::Bc * kChunks; x += Cfg::kThreads) {
+        const int r = x / kChunks, c = 8 * (x % kChunks);  // row r (V from B_c on), words c .. c + 7
+        const uint4 in = tc::ld_shared(reinterpret_cast<const uint4*>(staged + tc::swizzle(r, c, kWords)));
+        const uint4 lo = make_uint4(e4m3x2_to<T>(in.x), e4m3x2_to<T>(in.x >> 16), e4m3x2_to<T>(in.y),
+                                    e4m3x2_to<T>(in.y >> 16));
+        const uint4 hi = make_uint4(e4m3x2_to<T>(in.z), e4m3x2_to<T>(in.z >> 16), e4m3x2_to<T>(in.w),
+                                    e4m3x2_to<T>(in.w >> 16));
+        tc::st_shared(reinterpret_cast<uint4*>(tile + tc::swizzle(r, 2 * c, Cfg::D)), lo);
+        tc::st_shared(reinterpret_cast<uint4*>(tile + tc::swizzle(r, 2 * c + 8, Cfg::D)), hi);
+    }
+}
+
 /// Sets to −inf the scores of keys at or past the split's end and of keys after a row's new token
 /// (causal among the new tokens). k0 is the warp's first key; r0 the tile's first packed row.
 template <class W>
@@ -139,10 +179,11 @@ __device__ __forceinline__ void mask_keys(float (&S)[1][W::Bc / 8][4], int k0, i
 /// The block's output for one row: chapter 2's merge of the warps' (m, l), each warp's weight
 /// e^{M_w − M} / l = state.prob(M_w) applied to its unnormalized O_w (Alg. 1 lines 12–15), written
 /// as O, L (one split) or as the split's partial O_s, L_s. The calling thread owns columns
-/// c0 + 4·(threads/16)·k of the row.
+/// c0 + 4·(threads/16)·k of the row. Step 6: O_w = P̃·V8 over e4m3 values, so the weights carry
+/// V's scale, v_scale (1 before).
 template <class T, class Cfg>
 __device__ __forceinline__ void write_row(const DecodeParams& p, const float* Ow, const float* Mw, const float* lw,
-                                          int row, int c0, std::size_t out_row, int s, bool partial) {
+                                          int row, int c0, std::size_t out_row, int s, bool partial, float v_scale) {
     constexpr int D = Cfg::D, kThreadsPerRow = Cfg::kThreads / kQRows, kCols = D / (4 * kThreadsPerRow);
     ch2::OnlineState state;
     #pragma unroll
@@ -150,7 +191,7 @@ __device__ __forceinline__ void write_row(const DecodeParams& p, const float* Ow
         state.merge(ch2::OnlineState{tc::ld_shared(&Mw[w * kQRows + row]), tc::ld_shared(&lw[w * kQRows + row])});
     float weight[Cfg::kWarps];
     #pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) weight[w] = state.prob(tc::ld_shared(&Mw[w * kQRows + row]));
+    for (int w = 0; w < Cfg::kWarps; ++w) weight[w] = state.prob(tc::ld_shared(&Mw[w * kQRows + row])) * v_scale;
     #pragma unroll
     for (int k = 0; k < kCols; ++k) {
         const int col = c0 + 4 * kThreadsPerRow * k;
@@ -304,8 +345,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
     const int rows = p.heads_per_block * p.q_len;  // packed rows (head, token); Q rows are contiguous
     const std::size_t row0 = (std::size_t(b) * p.H_q + hq0) * p.q_len;  // the group's first row of Q, O, L
     const int* table_row = p.table + std::size_t(b) * p.max_pages;
-    const uint16_t* Kh = p.K + contiguous_row(b, h_kv, 0, p.H_kv, p.N_max, D);
-    const uint16_t* Vh = p.V + contiguous_row(b, h_kv, 0, p.H_kv, p.N_max, D);
+    constexpr int kRowWords = Cfg::kRowWords;  // a cached row in 16-bit words (step 6: D bytes)
+    const uint16_t* Kh = p.K + contiguous_row(b, h_kv, 0, p.H_kv, p.N_max, kRowWords);
+    const uint16_t* Vh = p.V + contiguous_row(b, h_kv, 0, p.H_kv, p.N_max, kRowWords);
     if constexpr (Cfg::kEarlyPrefetch)  // step 5: the first reads start before lens[b] is known
         prefetch_first_reads<Cfg>(p, p.Q + (row0 + r0) * D, rows - r0, Kh, Vh, table_row, split_begin(s, p.chunk));
 
@@ -314,14 +356,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
     if (s >= splits_of(len, p.q_len, p.chunk)) return;
     const int key_begin = split_begin(s, p.chunk), key_end = split_end(s, len, p.q_len, p.chunk);
     const int Tc = fa::ceil_div(key_end - key_begin, Bc);
-    auto K_stage = [&](int j) { return KVs + (j % kStages) * 2 * Bc * D; };
+    auto K_stage = [&](int j) { return KVs + (j % kStages) * 2 * Bc * kRowWords; };
     auto load_kv = [&](int j) {  // Alg. 1 line 7: K_j, V_j
         const int k0 = key_begin + j * Bc;
         if constexpr (Cfg::kPaged) {  // step 4: through the block table
-            load_paged_kv<Cfg>(K_stage(j), K_stage(j) + Bc * D, p, table_row, k0, key_end, h_kv);
+            load_paged_kv<Cfg>(K_stage(j), K_stage(j) + Bc * kRowWords, p, table_row, k0, key_end, h_kv);
         } else {
-            tc::load_tile<Bc, D, kThreads, true, tc::Copy::kAsync>(K_stage(j), Kh, k0, key_end);
-            tc::load_tile<Bc, D, kThreads, true, tc::Copy::kAsync>(K_stage(j) + Bc * D, Vh, k0, key_end);
+            tc::load_tile<Bc, kRowWords, kThreads, true, tc::Copy::kAsync>(K_stage(j), Kh, k0, key_end);
+            tc::load_tile<Bc, kRowWords, kThreads, true, tc::Copy::kAsync>(K_stage(j) + Bc * kRowWords, Vh, k0, key_end);
         }
     };
     // Alg. 1 line 4: Q_i, rows r0 .. r0 + 15 of the group (zeros past `rows`). It travels in the
@@ -334,6 +376,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
         tc::cp_async_commit();
     }
     ch7::QFrags<W> q;
+
+    // step 6: S = Q (s_K K8)^T = s_K (Q K8^T), so s_K joins the softmax scale; O = P̃ (s_V V8) =
+    // s_V (P̃ V8), so s_V multiplies the output (write_row). The products see e4m3 values only.
+    float scale = p.scale, scale_log2 = p.scale_log2, v_scale = 1.0f;
+    if constexpr (Cfg::kFp8) {
+        const std::size_t head = std::size_t(b) * p.H_kv + h_kv;
+        scale *= p.K_scale[head], scale_log2 *= p.K_scale[head], v_scale = p.V_scale[head];
+    }
+    uint16_t* KV16 = KVs + kStages * 2 * Bc * kRowWords;  // step 6: the tile in use, in 16 bits
 
     // Alg. 1 line 5, for the warp's keys
     float O[1][D / 8][4];
@@ -353,16 +404,22 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
         if (j + kStages - 1 < Tc) load_kv(j + kStages - 1);
         tc::cp_async_commit();  // an empty group past the end keeps the count uniform
         if (j == 0) ch7::load_q_frags<W>(q, Qs, 0, lane);  // Q fragments stay in registers
+        const uint16_t* KV_j = K_stage(j);
+        if constexpr (Cfg::kFp8) {  // step 6: tile j to 16 bits; the barrier: converted before read
+            dequantize_kv<T, Cfg>(KV16, KV_j);
+            __syncthreads();
+            KV_j = KV16;
+        }
         const int k0 = key_begin + j * Bc + kWarpKeys * warp;  // the warp's first key
         if (k0 >= key_end) continue;                             // the warp's keys are past the split
-        const uint16_t* Ks = K_stage(j) + kWarpKeys * warp * D;
-        const uint16_t* Vs = K_stage(j) + Bc * D + kWarpKeys * warp * D;
+        const uint16_t* Ks = KV_j + kWarpKeys * warp * D;
+        const uint16_t* Vs = KV_j + Bc * D + kWarpKeys * warp * D;
 
         float S[1][W::Bc / 8][4];
         ch7::scores<T, W>(S, Qs, q, Ks, 0, lane);                                   // line 8
         if (k0 + kWarpKeys > key_end || k0 + kWarpKeys > key_limit(len, p.q_len, 0))  // edge keys only
             mask_keys<W>(S, k0, key_end, len, p.q_len, r0, rows, lane);
-        ch7::online_softmax<W>(S, st, O, p.scale, p.scale_log2);                    // lines 9–10
+        ch7::online_softmax<W>(S, st, O, scale, scale_log2);                        // lines 9–10
         uint32_t P[1][W::Bc / 16][4];
         ch7::pack_p<T, W>(P, S);
         ch7::accumulate_pv<T, W>(O, P, Vs, lane);                                   // line 10
@@ -381,7 +438,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
         const int row = tc::frag_c_row(lane, 2 * h);
         const float l = fa::group_sum<4>(st.l[0][h]);  // chapter 7, step 5: l reduced over the quad once
         if (tc::lane_in_group(lane) == 0)
-            tc::st_shared(&Mw[warp * kQRows + row], st.m[0][h] * p.scale), tc::st_shared(&lw[warp * kQRows + row], l);
+            tc::st_shared(&Mw[warp * kQRows + row], st.m[0][h] * scale), tc::st_shared(&lw[warp * kQRows + row], l);
         #pragma unroll
         for (int d = 0; d < D / 8; ++d)
             tc::st_shared(reinterpret_cast<float2*>(Ow + (warp * kQRows + row) * D + 8 * d + tc::frag_c_col(lane, 2 * h)),
@@ -396,7 +453,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
     const bool real_row = r0 + row < rows;  // not a padding row
     const std::size_t out_row = row0 + r0 + row;
     const bool partial = p.splits > 1;      // step 2: a partial result for the combine
-    if (real_row) write_row<T, Cfg>(p, Ow, Mw, lw, row, c0, out_row, s, partial);
+    if (real_row) write_row<T, Cfg>(p, Ow, Mw, lw, row, c0, out_row, s, partial, v_scale);
     if (!(partial && p.fused_combine)) return;
 
     // step 5: the combine inside the last block of the group to finish (no second kernel). The
@@ -440,33 +497,76 @@ __global__ void __launch_bounds__(128) combine_kernel(const DecodeParams p) {
 #endif
 }
 
-/// What the append kernel gets: the new tokens' K and V and the cache to write them into.
+/// What the append kernels get: the new tokens' K and V and the cache to write them into.
 struct AppendParams {
     const uint16_t* K_new;  ///< (B, H_kv, q_len, D)
     const uint16_t* V_new;
     uint16_t* K;            ///< cache, contiguous or paged (as DecodeParams::K)
     uint16_t* V;
+    const float* K_scale;   ///< step 6: (B, H_kv), the scales the new tokens are quantized with
+    const float* V_scale;
     const int* table;       ///< paged: block table (B, max_pages); null: contiguous
     const int* lens;        ///< (B): cache lengths after the append
     int B, H_kv, q_len, D, N_max, max_pages, page_shift;
 };
 
-/// Appends the q_len new tokens' K and V of every (sequence, KV head) at cache positions
-/// len − q_len .. len − 1. Thread x copies 16-byte chunk x of the (B, H_kv, q_len, D) inputs.
-__global__ void __launch_bounds__(256) append_kv_kernel(const AppendParams a) {
+/// Where thread x's 16-byte chunk of the new tokens (B, H_kv, q_len, D) goes: chunk x of the
+/// inputs, elements src .. src + 7, lands at cache element dst (an element offset: of 16-bit
+/// elements, or of e4m3 bytes in step 6) of KV head `head` (b·H_kv + h), at position
+/// len − q_len + i. `valid` is false past the last chunk.
+struct AppendChunk {
+    std::size_t src, dst, head;
+    bool valid;
+};
+__device__ __forceinline__ AppendChunk append_chunk(const AppendParams& a) {
     const std::size_t chunk = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     const std::size_t chunks_per_row = std::size_t(a.D) / 8;
     const std::size_t row = chunk / chunks_per_row;  // (b, h, i) of the new tokens
-    if (row >= std::size_t(a.B) * a.H_kv * a.q_len) return;
+    if (row >= std::size_t(a.B) * a.H_kv * a.q_len) return {0, 0, 0, false};
     const int col = 8 * int(chunk % chunks_per_row), i = int(row % a.q_len);
     const int h = int(row / a.q_len % a.H_kv), b = int(row / a.q_len / a.H_kv);
     const int key = a.lens[b] - a.q_len + i;
     const std::size_t dst = a.table != nullptr
                                 ? paged_row(a.table + std::size_t(b) * a.max_pages, key, a.page_shift, h, a.H_kv, a.D)
                                 : contiguous_row(b, h, key, a.H_kv, a.N_max, a.D);
-    const std::size_t src = row * a.D + col;
-    *reinterpret_cast<uint4*>(a.K + dst + col) = *reinterpret_cast<const uint4*>(a.K_new + src);
-    *reinterpret_cast<uint4*>(a.V + dst + col) = *reinterpret_cast<const uint4*>(a.V_new + src);
+    return {row * a.D + col, dst + col, std::size_t(b) * a.H_kv + h, true};
+}
+
+/// Appends the q_len new tokens' K and V of every (sequence, KV head) at cache positions
+/// len − q_len .. len − 1. Thread x copies 16-byte chunk x of the (B, H_kv, q_len, D) inputs.
+__global__ void __launch_bounds__(256) append_kv_kernel(const AppendParams a) {
+    const AppendChunk c = append_chunk(a);
+    if (!c.valid) return;
+    *reinterpret_cast<uint4*>(a.K + c.dst) = *reinterpret_cast<const uint4*>(a.K_new + c.src);
+    *reinterpret_cast<uint4*>(a.V + c.dst) = *reinterpret_cast<const uint4*>(a.V_new + c.src);
+}
+
+/// Eight T values (16 bytes) as eight e4m3 bytes e4m3(x / s) (e4m3_quantize: nearest, and
+/// saturated at ±448).
+template <class T>
+__device__ __forceinline__ uint2 quantize8(uint4 x, float s) {
+    const uint32_t in[4] = {x.x, x.y, x.z, x.w};
+    uint32_t out[2] = {0, 0};
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const uint16_t bits = uint16_t(in[e / 2] >> (16 * (e % 2)));
+        out[e / 4] |= uint32_t(e4m3_quantize(tc::bits_to_float<T>(bits), s)) << (8 * (e % 4));
+    }
+    return make_uint2(out[0], out[1]);
+}
+
+/// Step 6: the append into an e4m3 cache. The new tokens are quantized with their KV head's
+/// scale, which the cache already has: a token beyond ±448·s is clipped to ±448·s (the scale is
+/// not changed, so the rows already cached keep their meaning). Thread x quantizes 16-byte chunk x
+/// of the inputs into 8 bytes of the cache.
+template <class T>
+__global__ void __launch_bounds__(256) append_fp8_kernel(const AppendParams a) {
+    const AppendChunk c = append_chunk(a);
+    if (!c.valid) return;
+    uint8_t* K8 = reinterpret_cast<uint8_t*>(a.K);
+    uint8_t* V8 = reinterpret_cast<uint8_t*>(a.V);
+    *reinterpret_cast<uint2*>(K8 + c.dst) = quantize8<T>(*reinterpret_cast<const uint4*>(a.K_new + c.src), a.K_scale[c.head]);
+    *reinterpret_cast<uint2*>(V8 + c.dst) = quantize8<T>(*reinterpret_cast<const uint4*>(a.V_new + c.src), a.V_scale[c.head]);
 }
 
 }  // namespace FA_TC_KERNELS
