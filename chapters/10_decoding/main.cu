@@ -263,7 +263,11 @@ private:
             std::fprintf(f, "variant,candidate,dtype,batch,heads_q,heads_kv,q_len,dim,max_len,kv_bytes,page_size,"
                             "splits,chunk,median_us,kv_gbps,read_gbps,check,label,o_rel_l2,o_rel_l2_vs_16bit\n");
         const ch10::DecodeShape& s = p_.s;
-        auto number = [](double x) { return x < 0 ? std::string() : std::to_string(x); };  // empty: not measured
+        auto number = [](double x) {  // empty: not measured
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%.4e", x);
+            return x < 0 ? std::string() : std::string(buf);
+        };
         std::fprintf(f, "%s,%d,%s,%d,%d,%d,%d,%d,%d,%.0f,%d,%d,%d,%.3f,%.1f,%.1f,%s,%s,%s,%s\n",
                      ch10::variant_name(variant).c_str(), candidate, fa::dtype_name<T>(), s.B, s.H_q, s.H_kv, s.q_len,
                      s.D, s.max_len(), s.kv_bytes(elem_bytes(variant)), page_size, plan.splits, plan.chunk, row.us,
