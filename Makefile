@@ -68,7 +68,7 @@ USES_8 := 2 3 4 5 6 7
 USES_9 := 7
 USES_10 :=
 USES_11 := 2 3 4 5 6 7 8 9
-USES_12 := 7 9
+USES_12 := 2 3 4 5 6 7 8 9 11
 
 main_src = $(wildcard $(call dir_of,$(1))/main.cu $(call dir_of,$(1))/main.cpp)
 # make chapterN.ptx: chapters 9 and 11 exist for sm_90a only (wgmma, setmaxnreg)

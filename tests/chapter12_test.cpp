@@ -3,12 +3,17 @@
 // [cpu]: the sharding maps (chunks tile the sequence, lengths differ by at most one, each chunk
 // has one owner), the ring schedule (every Q chunk meets every K chunk exactly once, the causal
 // kinds), zigzag's balance of causal work against contiguous sharding's imbalance, the windows
-// that run unequal chunks on equal-length kernels, the merge of partial (O, L) against float64,
-// and the ring's CPU mirror in fp32 against the float64 reference.
+// that run unequal chunks on equal-length kernels (and the backward's disjoint ones), the slots
+// of a rank's chunks, the merge of partial (O, L) against float64, the ring's CPU mirror in fp32
+// against the float64 reference; for the backward, its schedule (each block once, on the rank of
+// its queries, every dK/dV sum home after P hops) and its mirror in fp32 against float64.
 // [gpu]: every step of the ladder on P = 1..4 virtual ranks on one GPU (the ring's own code, K/V
 // moved by device copies), N not a multiple of P or of the tiles, causal and not, D = 64 and 128,
-// with large scores: O and L poisoned before each run, judged by the 2× rule against the ring's
-// CPU mirror, and compared element by element with the single-GPU kernel on the whole sequence.
+// with large scores: outputs poisoned before each run, judged by the 2× rule against the ring's
+// CPU mirror, and compared element by element with the single-GPU kernel on the whole sequence;
+// the backward likewise against its mirror and the single-GPU backward from the same O and L;
+// the memory estimate and the timeline. [gpus2][nccl]: forward and backward over NCCL with a rank
+// per GPU of the machine (not run with fewer than two GPUs or without NCCL in the build).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -25,12 +30,16 @@
 #include "../common/device.h"
 #include "../common/dtype.h"
 #include "../common/random.h"
+#include "../common/reference.h"
 #include "gpu_wait.h"
 #include "support.h"
 
 using namespace ch12;
 
 namespace {
+
+// The [nccl] cases run only where this build has NCCL; elsewhere they count as not run.
+const bool kNcclBuilt = fa::test::not_runnable_here("nccl", nccl_missing_reason());
 
 const std::vector<int> kNs = {1, 2, 5, 7, 64, 113, 1000, 4097};
 const std::vector<int> kPs = {1, 2, 3, 4, 8};
@@ -192,6 +201,86 @@ TEST_CASE("ring mirror in fp32: the schedule and the merge give attention of the
                 }
 }
 
+TEST_CASE("slots: a rank's chunks of a whole array and back", "[cpu]") {
+    for (const Layout& l : layouts())
+        for (int width : {1, 3}) {
+            INFO(name_of(l) << " width " << width);
+            const std::size_t heads = 2;
+            std::vector<float> whole(heads * std::size_t(l.N) * std::size_t(width));
+            for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = float(i + 1);
+            std::vector<float> back(whole.size(), 0.0f);
+            for (int r = 0; r < l.P; ++r) {
+                const std::vector<float> slots = to_slots(l, heads, width, r, whole);
+                CHECK(slots.size() == std::size_t(l.chunks_per_rank()) * heads * std::size_t(l.max_chunk_length() * width));
+                from_slots(l, heads, width, r, slots.data(), back);
+            }
+            CHECK(back == whole);  // every row came back from exactly the rank that holds it
+        }
+}
+
+TEST_CASE("disjoint windows: every query row of a block in exactly one backward call", "[cpu]") {
+    for (int a = 1; a <= 40; ++a)
+        for (int b = 1; b <= 40; ++b) {
+            INFO("a=" << a << " b=" << b);
+            std::vector<int> covered(std::size_t(a), 0);
+            for (const Window& w : disjoint_windows(a, b)) {
+                CHECK(w.n == b);
+                CHECK(w.rows >= 1);
+                CHECK(w.rows <= b);
+                for (int i = w.q_begin; i < w.q_begin + w.rows; ++i) ++covered[std::size_t(i)];
+            }
+            for (int n : covered) CHECK(n == 1);
+        }
+}
+
+TEST_CASE("backward schedule: each block once, where Q_i lives, and every dK/dV sum ends where its chunk lives", "[cpu]") {
+    for (const Layout& l : layouts())
+        for (bool causal : {false, true}) {
+            INFO(name_of(l) << (causal ? " causal" : ""));
+            const int C = l.chunks();
+            // the sums of each K chunk, travelling: which (Q chunk, K chunk) terms each has collected
+            std::vector<int> added(std::size_t(C * C), 0);
+            for (int owner = 0; owner < l.P; ++owner) {
+                CHECK(dkv_holder(l.P, owner, 0) == owner);
+                CHECK(dkv_holder(l.P, owner, l.P) == owner);  // the last hop brings them home
+                for (int s = 0; s < l.P; ++s) {
+                    const int h = dkv_holder(l.P, owner, s);
+                    CHECK(kv_owner(l.P, h, s) == owner);  // the sums sit where the K/V are
+                    for (const BlockTask& t : step_blocks(l, causal, h, s)) {
+                        CHECK(l.owner_of_chunk(t.q_chunk) == h);  // dQ_i's terms stay on Q_i's rank
+                        if (t.kind != Block::kSkip) ++added[std::size_t(t.q_chunk * C + t.k_chunk)];
+                    }
+                }
+            }
+            for (int q = 0; q < C; ++q)
+                for (int k = 0; k < C; ++k)
+                    CHECK(added[std::size_t(q * C + k)] == (block_kind(l, causal, q, k) == Block::kSkip ? 0 : 1));
+        }
+}
+
+TEST_CASE("ring backward mirror in fp32: the schedule and the travelling sums give the whole-sequence backward", "[cpu]") {
+    for (Sharding sh : {Sharding::kContiguous, Sharding::kZigzag})
+        for (int P : {1, 2, 3, 4})
+            for (int N : {1, 5, 37, 100})
+                for (bool causal : {false, true}) {
+                    const fa::AttnShape s = fa::make_shape(1, 2, N, 32, causal);
+                    const fa::AttnProblem p = fa::make_problem(s, 9 + std::uint64_t(N));
+                    const std::vector<float> dO = ch6::make_upstream_gradient(s, 11 + std::uint64_t(N));
+                    std::vector<double> O64(s.elements()), L64(s.rows());
+                    fa::attention_forward_reference(s, p.Q.data(), p.K.data(), p.V.data(), O64.data(), L64.data());
+                    const std::vector<float> O(O64.begin(), O64.end()), L(L64.begin(), L64.end());
+                    const ch6::SampledBackward ref = ch6::sampled_backward_reference(p, dO.data());
+                    const Layout l{N, P, sh};
+                    std::vector<float> dQ, dK, dV;
+                    ring_backward_mirror<float>(p, dO, O, L, l, ref, dQ, dK, dV);
+                    INFO(name_of(l) << (causal ? " causal" : ""));
+                    const fa::Tolerance tol{2e-4, 2e-4};  // fp32 sums of up to 100 terms
+                    CHECK_VALID(fa::validate("dQ", dQ.data(), ref.dQ.data(), dQ.size(), tol));
+                    CHECK_VALID(fa::validate("dK", dK.data(), ref.dK.data(), dK.size(), tol));
+                    CHECK_VALID(fa::validate("dV", dV.data(), ref.dV.data(), dV.size(), tol));
+                }
+}
+
 // ---- on the GPU: virtual ranks ------------------------------------------------------------------
 
 namespace {
@@ -286,6 +375,151 @@ TEST_CASE("step 3 (overlapped ring) on 1-4 virtual ranks: 2x rule and the single
 
 TEST_CASE("step 4 (zigzag ring) on 1-4 virtual ranks: 2x rule and the single-GPU result", "[gpu][v4]") {
     gpu_step(kZigzag);
+}
+
+namespace {
+
+/// The single-GPU backward (the kernels that compute the ring's blocks) on the whole sequence,
+/// from the same O and L: dQ, dK, dV as floats.
+template <class T>
+void single_gpu_backward(const BwdCompute& c, const fa::AttnProblem& p, const std::vector<float>& dO,
+                         const std::vector<float>& O, const std::vector<float>& L, std::vector<float>& dQ,
+                         std::vector<float>& dK, std::vector<float>& dV) {
+    const fa::AttnShape& s = p.shape;
+    fa::DeviceBuffer<T> Q(fa::convert_from_float<T>(p.Q)), K(fa::convert_from_float<T>(p.K)),
+        V(fa::convert_from_float<T>(p.V)), O_d(fa::convert_from_float<T>(O)), dO_d(fa::convert_from_float<T>(dO)),
+        dQ_d(s.elements()), dK_d(s.elements()), dV_d(s.elements());
+    fa::DeviceBuffer<float> L_d(L), work(ch8::workspace_floats(s, ch8::kAtomic));
+    for (fa::DeviceBuffer<T>* x : {&dQ_d, &dK_d, &dV_d}) x->poison();
+    const ch8::BwdTensors<T> t{Q.get(), K.get(), V.get(), O_d.get(), dO_d.get(), L_d.get(), dQ_d.get(), dK_d.get(), dV_d.get()};
+    for (int part = 0; part < 3; ++part)
+        compute_backward_part<T>(c, part, s, t, ch8::split_workspace(work.get(), s, ch8::kAtomic));
+    fa::test::finish_or_stop("chapter12_test", "single-GPU backward " + s.str());
+    dQ = fa::convert_to_float(dQ_d.download()), dK = fa::convert_to_float(dK_d.download()),
+    dV = fa::convert_to_float(dV_d.download());
+}
+
+/// The backward on P virtual ranks after a forward of step `fwd_step`: dQ, dK, dV poisoned, the 2×
+/// rule against the ring's backward mirror, and every element within the two results' rule bounds
+/// of the single-GPU backward's from the same O and L.
+template <class T>
+void check_backward_step(Transport& t, int fwd_step, const fa::AttnShape& s, double magnitude) {
+    const Compute c = compute_for(fa::device_info(), s.D);
+    const BwdCompute bc = backward_compute_for(fa::device_info(), s.D);
+    const fa::AttnProblem p = rounded_problem<T>(s, 31 + std::uint64_t(s.N), magnitude);
+    std::vector<float> dO = ch6::make_upstream_gradient(s, 41 + std::uint64_t(s.N));
+    fa::round_to<T>(dO);
+    RingForward<T> fwd(t, s, fwd_step, c);
+    fwd.load(p);
+    fwd.run();
+    std::vector<float> O, L;
+    fwd.gather(O, L);
+    RingBackward<T> bwd(fwd, bc);
+    bwd.load(dO);
+    bwd.poison_outputs();
+    bwd.run();
+    const std::string what = step_name(fwd_step) + " + backward P=" + std::to_string(t.world_size()) + " " +
+                             fa::dtype_name<T>() + " " + s.str() + " magnitude " + std::to_string(magnitude) + " on " +
+                             compute_name(bc) + " (" + t.name() + ")";
+    fa::test::finish_or_stop("chapter12_test", what);
+    std::vector<float> dQ, dK, dV, dQ1, dK1, dV1;
+    bwd.gather(dQ, dK, dV);
+    single_gpu_backward<T>(bc, p, dO, O, L, dQ1, dK1, dV1);
+    const ch6::SampledBackward ref = ch6::sampled_backward_reference(p, dO.data());
+    const ch8::MirrorErrors ring = ring_backward_mirror_errors<T>(p, dO, O, L, fwd.layout(), ref);
+    const ch8::MirrorErrors single = ch8::mirror_errors<T>(p, dO, O, L, ref);
+    const ch7::RuleVerdict verdict =
+        ch8::low_precision_rule(ch6::check_backward(ref, dQ.data(), dK.data(), dV.data(), ch8::rule_tolerance(ring)), ring);
+    INFO(what << "\n" << verdict.text);
+    CHECK(verdict.ok);
+    const std::vector<float>* got[3] = {&dQ, &dK, &dV};
+    const std::vector<float>* one[3] = {&dQ1, &dK1, &dV1};
+    for (int k = 0; k < 3; ++k) {
+        const double bound = 2 * (ring.err[k].max_abs + single.err[k].max_abs) + ring.floor_abs[k] + single.floor_abs[k];
+        const double d = max_difference(*got[k], *one[k]);
+        INFO("d" << "QKV"[k] << " vs single GPU: max difference " << d << " <= " << bound);
+        CHECK(d <= bound);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("step 5 (backward over the ring) on 1-4 virtual ranks: 2x rule and the single-GPU backward", "[gpu][v5]") {
+    for (const fa::AttnShape& s : step_shapes())
+        for (int P : {1, 2, 3, 4}) {
+            std::unique_ptr<Transport> t = make_virtual_transport(P);
+            check_backward_step<__nv_bfloat16>(*t, kBackward, s, 1.0);
+        }
+    for (bool causal : {false, true}) {  // contiguous chunks (step 3's forward), and large scores in fp16
+        std::unique_ptr<Transport> t3 = make_virtual_transport(3);
+        check_backward_step<__nv_bfloat16>(*t3, kOverlap, fa::make_shape(2, 3, 113, 64, causal), 1.0);
+        check_backward_step<__half>(*t3, kBackward, fa::make_shape(1, 2, 257, 64, causal), 4.0);
+    }
+}
+
+TEST_CASE("forward and backward over NCCL, a rank per GPU of this machine, match the float64 reference", "[gpu][gpus2][nccl]") {
+    const int gpus = std::min(fa::cuda_device_count(), 4);
+    std::unique_ptr<Transport> t = make_nccl_transport_all(gpus);
+    for (bool causal : {false, true})
+        for (int N : {113, 1000}) {
+            const fa::AttnShape s = fa::make_shape(2, 3, N, 128, causal);
+            check_backward_step<__nv_bfloat16>(*t, kBackward, s, 1.0);
+        }
+}
+
+TEST_CASE("the memory estimate of --max-seq is what the forward and backward allocate", "[gpu][v5]") {
+    for (int P : {1, 2, 3}) {
+        const fa::AttnShape s = fa::make_shape(2, 4, 4099, 128, true);
+        std::unique_ptr<Transport> t = make_virtual_transport(P);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::size_t before = fa::device_free_bytes();
+        {
+            RingForward<__nv_bfloat16> fwd(*t, s, kBackward, compute_for(fa::device_info(), s.D));
+            RingBackward<__nv_bfloat16> bwd(fwd, backward_compute_for(fa::device_info(), s.D));
+            const std::size_t used = before - fa::device_free_bytes();
+            const std::size_t estimate = std::size_t(P) * (forward_bytes_per_rank(s, P, kBackward) +
+                                                           backward_bytes_per_rank(s, P, kBackward));
+            INFO("P=" << P << ": allocated " << used << " bytes, estimated " << estimate);
+            // cudaMalloc rounds each of the ~30 buffers of a rank up to its pages (2 MiB)
+            CHECK(used >= estimate);
+            CHECK(used <= estimate + std::size_t(P) * 32 * (std::size_t(2) << 20));
+        }
+    }
+}
+
+TEST_CASE("timeline: every step's compute and exchange recorded, hidden never more than the exchange", "[gpu][v5]") {
+    const fa::AttnShape s = fa::make_shape(1, 4, 2000, 64, true);
+    const fa::AttnProblem p = rounded_problem<__nv_bfloat16>(s, 5, 1.0);
+    const int P = 3;
+    std::unique_ptr<Transport> t = make_virtual_transport(P);
+    RingForward<__nv_bfloat16> fwd(*t, s, kBackward, compute_for(fa::device_info(), s.D));
+    fwd.load(p);
+    Timeline tf(*t, P);
+    fwd.run(&tf);
+    RingBackward<__nv_bfloat16> bwd(fwd, backward_compute_for(fa::device_info(), s.D));
+    std::vector<float> dO = ch6::make_upstream_gradient(s, 6);
+    fa::round_to<__nv_bfloat16>(dO);
+    bwd.load(dO);
+    Timeline tb(*t, P + 1);
+    bwd.run(&tb);
+    fa::test::finish_or_stop("chapter12_test", "timeline runs");
+    const std::vector<std::vector<StepTimes>> f = gather_times(*t, tf.times()), b = gather_times(*t, tb.times());
+    REQUIRE(f.size() == std::size_t(P));
+    REQUIRE(b.size() == std::size_t(P));
+    for (int r = 0; r < P; ++r) {
+        INFO("rank " << r);
+        for (int k = 0; k <= P; ++k) {
+            INFO("step " << k);
+            if (k < P) {
+                CHECK(f[std::size_t(r)][std::size_t(k)].compute_ms > 0);
+                CHECK(b[std::size_t(r)][std::size_t(k)].compute_ms > 0);
+                CHECK((f[std::size_t(r)][std::size_t(k)].comm_ms > 0) == (k + 1 < P));  // no exchange after the last step
+                CHECK(f[std::size_t(r)][std::size_t(k)].hidden_ms <= f[std::size_t(r)][std::size_t(k)].comm_ms + 1e-3f);
+            }
+            CHECK((b[std::size_t(r)][std::size_t(k)].comm_ms > 0) == (k + 1 < P || k >= 1));  // K/V ahead, sums behind, the last hop
+            CHECK(b[std::size_t(r)][std::size_t(k)].hidden_ms <= b[std::size_t(r)][std::size_t(k)].comm_ms + 1e-3f);
+        }
+    }
 }
 
 TEST_CASE("a ring run twice gives the same O and L (buffers reused, nothing left over)", "[gpu][v3][v4]") {

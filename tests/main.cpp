@@ -3,7 +3,8 @@
 // Adds to Catch2 what the course needs:
 //  - without a CUDA device, test cases tagged [gpu] are filtered out and counted, never run and
 //    never reported as passed; likewise test cases tagged [sm90] (Hopper-only instructions) on a
-//    GPU whose compute capability is not 9.0;
+//    GPU whose compute capability is not 9.0, those tagged [gpus2] on a machine with fewer than two
+//    GPUs, and those whose tag a test file declared unrunnable in its build (not_runnable_here);
 //  - at the end, one machine-readable line "test-summary: passed=P failed=F gpu-not-run=K" that
 //    tests/run_tests.sh adds up over all test binaries;
 //  - FA_TEST_PLAN=1 lists what a run would do instead of doing it (print_plan);
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "../common/device.h"
+#include "support.h"
 
 namespace {
 
@@ -74,13 +76,37 @@ std::vector<std::string> without(const std::vector<std::string>& specs, const st
     return out;
 }
 
-// The tag whose test cases this machine cannot run: "gpu" without a CUDA device, "sm90" on a GPU
-// that is not compute capability 9.0 (wgmma, TMA and setmaxnreg exist only there), none otherwise.
-std::string unrunnable_tag() {
-    if (fa::cuda_device_count() == 0) return "gpu";
+// A tag whose test cases cannot run here, and why.
+struct Unrunnable {
+    std::string tag, why;
+};
+
+// The tags test files declared unrunnable in this build (fa::test::not_runnable_here), filled
+// before main runs: a function's static, so that it exists whichever file initializes first.
+std::vector<Unrunnable>& declared_unrunnable() {
+    static std::vector<Unrunnable> tags;
+    return tags;
+}
+
+// The tags whose test cases this machine cannot run: "gpu" without a CUDA device (every other
+// case that needs one is tagged [gpu] too); with one, "sm90" on a GPU that is not compute
+// capability 9.0 (wgmma, TMA and setmaxnreg exist only there), "gpus2" with fewer than two GPUs,
+// and the tags declared unrunnable in this build.
+std::vector<Unrunnable> unrunnable_tags() {
+    if (fa::cuda_device_count() == 0) return {{"gpu", "no CUDA device"}};
+    std::vector<Unrunnable> tags = declared_unrunnable();
     const fa::DeviceInfo d = fa::device_info();
-    if (d.cc_major != 9 || d.cc_minor != 0) return "sm90";
-    return "";
+    if (d.cc_major != 9 || d.cc_minor != 0) tags.push_back({"sm90", "they need a GPU of compute capability 9.0 (Hopper)"});
+    if (fa::cuda_device_count() < 2) tags.push_back({"gpus2", "they need two GPUs or more, and this machine has one"});
+    return tags;
+}
+
+// True for a test case with any of these tags.
+template <class TestCase>
+bool has_any_tag(const TestCase& t, const std::vector<Unrunnable>& tags) {
+    for (const Unrunnable& u : tags)
+        if (has_tag(t, u.tag.c_str())) return true;
+    return false;
 }
 
 #if CATCH_VERSION_MAJOR < 3
@@ -127,10 +153,10 @@ struct HeaderSafeConsoleReporter : Catch::ConsoleReporter {
 // machine cannot run. tests/run_tests.sh runs the cpu ones side by side, a process each, and the
 // gpu ones one binary at a time.
 template <class Config>
-int print_plan(Config& config, const std::string& unrunnable) {
+int print_plan(Config& config, const std::vector<Unrunnable>& unrunnable) {
     unsigned long long not_run = 0;
     for (const auto& t : Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config)) {
-        if (!unrunnable.empty() && has_tag(t, unrunnable.c_str())) {
+        if (has_any_tag(t, unrunnable)) {
             ++not_run;
             continue;
         }
@@ -146,6 +172,11 @@ int print_plan(Config& config, const std::string& unrunnable) {
 }
 
 }  // namespace
+
+bool fa::test::not_runnable_here(const char* tag, const std::string& why) {
+    if (!why.empty()) declared_unrunnable().push_back({tag, why});
+    return why.empty();
+}
 
 CATCH_REGISTER_LISTENER(SummaryListener)
 #if CATCH_VERSION_MAJOR < 3
@@ -163,19 +194,22 @@ int main(int argc, char* argv[]) {
         session.useConfigData(data);
     }
 #endif
-    const std::string tag = unrunnable_tag();
-    if (std::getenv("FA_TEST_PLAN") != nullptr) return print_plan(session.config(), tag);
-    if (!tag.empty()) {
+    const std::vector<Unrunnable> tags = unrunnable_tags();
+    if (std::getenv("FA_TEST_PLAN") != nullptr) return print_plan(session.config(), tags);
+    if (!tags.empty()) {
         Catch::Config& config = session.config();
-        for (const auto& t : Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config))
-            if (has_tag(t, tag.c_str())) ++g_gpu_not_run;
+        const auto selected = Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config);
+        for (const auto& t : selected)
+            if (has_any_tag(t, tags)) ++g_gpu_not_run;
         Catch::ConfigData data = session.configData();
-        data.testsOrTags = without(data.testsOrTags, tag);
+        for (const Unrunnable& u : tags) {
+            data.testsOrTags = without(data.testsOrTags, u.tag);
+            // (on stderr: stdout stays only names when the tests are listed, as tools/sanitize.sh does)
+            unsigned long long n = 0;
+            for (const auto& t : selected) n += has_tag(t, u.tag.c_str()) ? 1 : 0;
+            if (n > 0 && u.tag != "gpu") std::fprintf(stderr, "%llu test cases tagged [%s] not run: %s\n", n, u.tag.c_str(), u.why.c_str());
+        }
         session.useConfigData(data);
-        // (on stderr: stdout stays only names when the tests are listed, as tools/sanitize.sh does)
-        if (g_gpu_not_run > 0 && tag == "sm90")
-            std::fprintf(stderr, "%llu test cases need a GPU of compute capability 9.0 (Hopper): not run\n",
-                         g_gpu_not_run);
     }
     return session.run();
 }

@@ -119,7 +119,7 @@ for i in "${!runs[@]}"; do
   fi
 done
 echo
-if [ "$not_run" -gt 0 ]; then echo "$not_run GPU test cases not run: no CUDA device, or not the compute capability they need"; fi
+if [ "$not_run" -gt 0 ]; then echo "$not_run GPU test cases not run: no CUDA device, or not the compute capability, the number of GPUs or the libraries they need"; fi
 if [ $((passed + failed)) -eq 0 ]; then
   # a run that checked nothing is not a pass: a test spec (VARIANT, TEST_ARGS) that matches no test
   # case, or only GPU test cases on a machine that cannot run them

@@ -37,6 +37,11 @@ inline std::vector<AttnShape> shape_grid(const std::vector<int>& dims = {16, 32,
     return grid;
 }
 
+/// Declares, before main runs, that the test cases tagged [tag] cannot run in this build when
+/// `why` is not empty (e.g. NCCL missing): tests/main.cpp then counts them as not run, never as
+/// passed, and prints why. Returns whether they can run. Use it to initialize a file's constant.
+bool not_runnable_here(const char* tag, const std::string& why);
+
 }  // namespace fa::test
 
 /// Checks a Validation passed; on failure the report (errors, first mismatches) is printed.

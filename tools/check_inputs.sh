@@ -83,7 +83,7 @@ giant=(--batch 64 --heads 64 --seq 65536 --dim 128)  # 2^35 elements per array: 
 small=(--batch 1 --heads 2 --seq 64 --dim 64)
 
 echo "-- bad input: exit status 2, whatever the machine"
-for n in 1 2 3 4 5 6 7 8 9 10 11; do
+for n in 1 2 3 4 5 6 7 8 9 10 11 12; do
   expect 2 "cannot be combined" chapter$n --repeat 3 --no-bench
   expect 2 "cannot write this file" chapter$n --csv "$tmp/missing/r.csv"
 done
@@ -95,7 +95,7 @@ expect 2 "has none (use --kernel 2)" chapter3 --tf32 --kernel 1
 expect 2 "--load-npy and --seed cannot be combined" chapter3 --load-npy "$tmp/fp16" --seed 3
 expect 2 "Add --kernel 1" chapter4 --br 16
 expect 2 "truncated header" chapter4 --load-npy "$tmp/lying"
-for n in 3 5 6 7 9; do expect 2 "GB of host memory; this machine has" chapter$n "${giant[@]}"; done
+for n in 3 5 6 7 9 12; do expect 2 "GB of host memory; this machine has" chapter$n "${giant[@]}"; done
 expect 2 "outside what chapter 8 launches" chapter8 "${giant[@]}"
 expect 2 "trailing data" chapter5 --load-npy "$tmp/trailing"
 expect 2 "must be atomic, split or both" chapter6 --dq sideways
@@ -124,6 +124,17 @@ expect 2 "--tiles is a candidate of kernel 5, not of --kernel 4" chapter11 --ker
 expect 2 "--sweep and --tiles cannot be combined" chapter11 --sweep --tiles 0
 expect 2 "outside what chapter 8 launches" chapter11 "${giant[@]}"
 expect 2 "trailing data" chapter11 --load-npy "$tmp/trailing"
+expect 2 "bad value '6' for --step" chapter12 --step 6
+expect 2 "head dim 80 is not supported" chapter12 --dim 80
+expect 2 "the backward (step 5): head dim 96 is not supported" chapter12 --dim 96 --step 5
+expect 2 "--ladder and --step cannot be combined" chapter12 --ladder --step 5
+expect 2 "--bandwidth and --max-seq cannot be combined" chapter12 --bandwidth --max-seq
+expect 2 "--timeline and --no-bench cannot be combined" chapter12 --timeline --no-bench
+expect 2 "--virtual and --rendezvous cannot be combined" chapter12 --virtual 2 --rendezvous "$tmp/id"
+WORLD_SIZE=2 expect 2 "needs --rendezvous PATH" chapter12
+WORLD_SIZE=2 expect 2 "--virtual runs every rank in one process" chapter12 --virtual 2
+WORLD_SIZE=x expect 2 "environment variable WORLD_SIZE='x'" chapter12
+WORLD_SIZE=2 RANK=2 expect 2 "environment variable RANK='2'" chapter12 --rendezvous "$tmp/id"
 
 echo "-- good input: exit status 0 with a GPU that runs the program, 3 ('no CUDA device') without one"
 # good STATUS-WITH-A-GPU PROGRAM ARGS...
@@ -148,6 +159,8 @@ good "$([ "$cc" = 90 ] && echo 0 || echo 3)" chapter11 --load-npy "$tmp/fp16" --
 good 0 chapter10 --seq 256 --no-bench
 good 0 chapter10 --batch 3 --cache-lens 1,17,300 --no-bench
 good 0 chapter10 --load-npy "$tmp/decode" --no-bench
+good 0 chapter12 "${small[@]}" --virtual 2 --step 5 --causal --no-bench
+good 0 chapter12 "${small[@]}" --virtual 3 --max-seq
 
 if [ $bad -ne 0 ]; then
   echo "check_inputs: some programs ended with another exit status (FAIL lines above)"

@@ -15,6 +15,7 @@
 #include "../../common/parallel.h"
 #include "../../common/reference.h"
 #include "chapter8.h"
+#include "cpu_mirror.h"
 
 namespace ch8 {
 
@@ -25,7 +26,8 @@ float round_to_t(float x) {
     return fa::to_float(fa::from_float<T>(x));
 }
 
-/// P_ij and dS_ij (fp32) of query i, key j of head bh: lines 10, 11, 13, 14.
+}  // namespace
+
 void p_ds(const fa::AttnShape& s, const float* Qi, const float* Kj, const float* Vj, const float* dOi, float L,
           float Dsum, float& P, float& dS) {
     float S = 0.0f, dP = 0.0f;
@@ -36,8 +38,6 @@ void p_ds(const fa::AttnShape& s, const float* Qi, const float* Kj, const float*
     P = std::exp(S * s.scale - L);
     dS = P * (dP - Dsum);
 }
-
-}  // namespace
 
 template <class T>
 void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, const std::vector<float>& O,

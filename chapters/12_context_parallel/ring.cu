@@ -19,15 +19,16 @@
 #include "../09_hopper/chapter9.h"
 #include "chapter12.h"
 #include "merge.h"
+#include "ring_kernels.cuh"
 
 namespace ch12 {
 
 std::string step_name(int step) {
-    static const char* names[] = {"1-all-gather", "2-ring", "3-overlap", "4-zigzag"};
+    static const char* names[] = {"1-all-gather", "2-ring", "3-overlap", "4-zigzag", "5-backward"};
     return step >= kFirstStep && step <= kLastStep ? names[step - 1] : "unknown";
 }
 
-Sharding sharding_of(int step) { return step == kZigzag ? Sharding::kZigzag : Sharding::kContiguous; }
+Sharding sharding_of(int step) { return step >= kZigzag ? Sharding::kZigzag : Sharding::kContiguous; }
 
 Compute compute_for(const fa::DeviceInfo& d, int D) {
     if (ch9::device_unsupported_reason(d).empty() && ch9::unsupported_reason(ch9::kTuned, fa::make_shape(1, 1, 1, D, false)).empty())
@@ -55,13 +56,6 @@ void compute_forward(const Compute& c, const fa::AttnShape& s, const T* Q, const
 namespace {
 
 constexpr int kMergeThreads = 128;
-
-// T <-> float on the device (fa::to_float and fa::from_float are host functions).
-__device__ inline float element_to_float(__half x) { return __half2float(x); }
-__device__ inline float element_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T> __device__ T element_from_float(float x);
-template <> __device__ inline __half element_from_float<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ inline __nv_bfloat16 element_from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 /// Merges one block's partial result into the running one, a block of threads per query row:
 /// chapter 2's merge of the two logsumexps (merge.h), then O_acc = w_acc·O_acc + w_blk·O_blk.
@@ -94,22 +88,6 @@ __global__ void finish_kernel(T* O, float* L, float* O_acc, float* L_acc, std::s
         if (start) L_acc[r] = -INFINITY;
         else L[r] = L_acc[r];
     }
-}
-
-unsigned grid_for(std::size_t n, std::size_t per_block) {
-    const std::size_t g = (n + per_block - 1) / per_block;
-    return unsigned(g < 65535 ? (g > 0 ? g : 1) : 65535);
-}
-
-/// Copies `rows` rows of every head from src (head stride src_n rows, starting at row src_row)
-/// to dst (head stride dst_n rows, starting at dst_row): one 2-D copy, a head per line.
-template <class E>
-void copy_rows(E* dst, int dst_n, int dst_row, const E* src, int src_n, int src_row, int rows, std::size_t heads,
-               int width) {
-    const std::size_t w = std::size_t(width) * sizeof(E);
-    CUDA_CHECK(cudaMemcpy2DAsync(dst + std::size_t(dst_row) * width, std::size_t(dst_n) * w,
-                                 src + std::size_t(src_row) * width, std::size_t(src_n) * w, std::size_t(rows) * w,
-                                 heads, cudaMemcpyDeviceToDevice, cudaStreamLegacy));
 }
 
 }  // namespace
@@ -167,26 +145,12 @@ RingForward<T>::~RingForward() {
 
 template <class T>
 void RingForward<T>::load(const fa::AttnProblem& p) {
-    const fa::AttnShape& s = shape_;
-    const std::size_t cpr = std::size_t(layout_.chunks_per_rank()), D = std::size_t(s.D);
     for (RankState<T>& st : ranks_) {
-        std::vector<float> q(cpr * slot_elems_, 0.0f), kv(2 * cpr * slot_elems_, 0.0f);
-        const std::vector<int> chunks = layout_.chunks_of_rank(st.rank);
-        for (std::size_t m = 0; m < cpr; ++m) {
-            const int k = chunks[m], len = layout_.chunk_length(k), begin = layout_.chunk_begin(k);
-            for (std::size_t bh = 0; bh < s.heads_total(); ++bh)
-                for (int t = 0; t < len; ++t) {
-                    const std::size_t from = (bh * std::size_t(s.N) + std::size_t(begin + t)) * D;
-                    const std::size_t to = m * slot_elems_ + (bh * std::size_t(len) + std::size_t(t)) * D;
-                    for (std::size_t d = 0; d < D; ++d) {
-                        q[to + d] = p.Q[from + d];
-                        kv[to + d] = p.K[from + d];
-                        kv[cpr * slot_elems_ + to + d] = p.V[from + d];
-                    }
-                }
-        }
+        std::vector<float> kv = to_slots(layout_, shape_.heads_total(), shape_.D, st.rank, p.K);
+        const std::vector<float> v = to_slots(layout_, shape_.heads_total(), shape_.D, st.rank, p.V);
+        kv.insert(kv.end(), v.begin(), v.end());  // K slots, then V slots
         CUDA_CHECK(cudaSetDevice(st.device));
-        st.Q.upload(fa::convert_from_float<T>(q));
+        st.Q.upload(fa::convert_from_float<T>(to_slots(layout_, shape_.heads_total(), shape_.D, st.rank, p.Q)));
         st.kv_own.upload(fa::convert_from_float<T>(kv));
     }
 }
@@ -249,7 +213,8 @@ void RingForward<T>::compute_step(RankState<T>& st, int s, const T* kv) {
 }
 
 template <class T>
-void RingForward<T>::run() {
+void RingForward<T>::run(Timeline* tl) {
+    if (tl != nullptr) tl->reset();
     const int P = layout_.P;
     const std::size_t cpr = std::size_t(layout_.chunks_per_rank()), kv_bytes = 2 * cpr * slot_elems_ * sizeof(T);
     const unsigned fin_grid = grid_for(cpr * slot_elems_, 256);
@@ -267,13 +232,19 @@ void RingForward<T>::run() {
         std::vector<const void*> send;
         std::vector<void*> recv;
         for (RankState<T>& st : ranks_) send.push_back(st.kv_own.get()), recv.push_back(st.kv_all.get());
+        mark_comm(tl, 0, Timeline::kCommBegin);
         transport_.all_gather(send, recv, kv_bytes, comms);
-        for (RankState<T>& st : ranks_) {
+        mark_comm(tl, 0, Timeline::kCommEnd);
+        for (std::size_t i = 0; i < ranks_.size(); ++i) {
+            RankState<T>& st = ranks_[i];
             CUDA_CHECK(cudaSetDevice(st.device));
             CUDA_CHECK(cudaEventRecord(st.received[0], st.comm));
             CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, st.received[0], 0));
-            for (int s = 0; s < P; ++s)
+            for (int s = 0; s < P; ++s) {
+                if (tl != nullptr) tl->record(int(i), s, Timeline::kComputeBegin, cudaStreamLegacy);
                 compute_step(st, s, st.kv_all.get() + std::size_t(kv_owner(P, st.rank, s)) * 2 * cpr * slot_elems_);
+                if (tl != nullptr) tl->record(int(i), s, Timeline::kComputeEnd, cudaStreamLegacy);
+            }
         }
     } else {
         const bool overlap = step_ >= kOverlap;
@@ -287,19 +258,24 @@ void RingForward<T>::run() {
                     send.push_back(kv_at(st, s));
                     recv.push_back(const_cast<T*>(kv_at(st, s + 1)));
                 }
+                mark_comm(tl, s, Timeline::kCommBegin);
                 transport_.ring_exchange(send, recv, kv_bytes, comms);
+                mark_comm(tl, s, Timeline::kCommEnd);
                 for (RankState<T>& st : ranks_) {
                     CUDA_CHECK(cudaSetDevice(st.device));
                     CUDA_CHECK(cudaEventRecord(st.received[s % 2], st.comm));
                 }
             }
-            for (RankState<T>& st : ranks_) {
+            for (std::size_t i = 0; i < ranks_.size(); ++i) {
+                RankState<T>& st = ranks_[i];
                 CUDA_CHECK(cudaSetDevice(st.device));
                 // step 2 waits for the exchange just posted (turns); step 3 only for the one posted a
                 // step earlier, which brought the K/V it computes on now (overlap)
                 const int wait_for = overlap ? s - 1 : (s + 1 < P ? s : s - 1);
                 if (wait_for >= 0) CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, st.received[wait_for % 2], 0));
+                if (tl != nullptr) tl->record(int(i), s, Timeline::kComputeBegin, cudaStreamLegacy);
                 compute_step(st, s, kv_at(st, s));
+                if (tl != nullptr) tl->record(int(i), s, Timeline::kComputeEnd, cudaStreamLegacy);
                 CUDA_CHECK(cudaEventRecord(st.computed, cudaStreamLegacy));
             }
         }
@@ -312,55 +288,73 @@ void RingForward<T>::run() {
     }
 }
 
+// Marks an exchange's begin or end on every local rank's comm stream (with a timeline only).
+template <class T>
+void RingForward<T>::mark_comm(Timeline* tl, int s, Timeline::Mark m) {
+    if (tl == nullptr) return;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+        CUDA_CHECK(cudaSetDevice(ranks_[i].device));
+        tl->record(int(i), s, m, ranks_[i].comm);
+    }
+}
+
+std::size_t forward_bytes_per_rank(const fa::AttnShape& s, int P, int step) {
+    const Layout l{s.N, P, sharding_of(step)};
+    const std::size_t cpr = std::size_t(l.chunks_per_rank()), rows = s.heads_total() * std::size_t(l.max_chunk_length());
+    const std::size_t slot = rows * std::size_t(s.D), e = 2;  // 16-bit elements
+    // the constructor's buffers: Q, kv_own, kv_ring[2] (or kv_all), O, O_blk, Q_win, O_win in T;
+    // L, O_acc, L_acc, L_blk, L_win in fp32
+    const std::size_t kv = step == kAllGather ? std::size_t(P) * 2 * cpr * slot : 2 * 2 * cpr * slot;
+    return e * (cpr * slot + 2 * cpr * slot + kv + cpr * slot + 3 * slot) +
+           4 * (cpr * rows + cpr * slot + cpr * rows + 2 * rows);
+}
+
 template <class T>
 void RingForward<T>::gather(std::vector<float>& O, std::vector<float>& L) {
-    const fa::AttnShape& s = shape_;
-    const std::size_t cpr = std::size_t(layout_.chunks_per_rank()), P = std::size_t(layout_.P), D = std::size_t(s.D);
-    std::vector<fa::DeviceBuffer<T>> O_all;
-    std::vector<fa::DeviceBuffer<float>> L_all;
-    std::vector<const void*> sendO, sendL;
-    std::vector<void*> recvO, recvL;
+    std::vector<const T*> o;
+    std::vector<const float*> l;
     std::vector<cudaStream_t> streams;
-    for (RankState<T>& st : ranks_) {
-        CUDA_CHECK(cudaSetDevice(st.device));
-        CUDA_CHECK(cudaDeviceSynchronize());  // the run's outputs are written
-        O_all.emplace_back(P * cpr * slot_elems_);
-        L_all.emplace_back(P * cpr * slot_rows_);
-        sendO.push_back(st.O.get()), sendL.push_back(st.L.get());
-        recvO.push_back(O_all.back().get()), recvL.push_back(L_all.back().get());
-        streams.push_back(st.comm);
+    for (const RankState<T>& st : ranks_) o.push_back(st.O.get()), l.push_back(st.L.get()), streams.push_back(st.comm);
+    O = gather_slots<T>(transport_, layout_, shape_.heads_total(), shape_.D, o, streams);
+    L = gather_slots<float>(transport_, layout_, shape_.heads_total(), 1, l, streams);
+}
+
+template <class E>
+std::vector<float> gather_slots(Transport& t, const Layout& l, std::size_t heads, int width,
+                                const std::vector<const E*>& local, const std::vector<cudaStream_t>& streams) {
+    const std::size_t per_rank = std::size_t(l.chunks_per_rank()) * heads * std::size_t(l.max_chunk_length()) *
+                                 std::size_t(width);
+    std::vector<fa::DeviceBuffer<E>> all;
+    std::vector<const void*> send;
+    std::vector<void*> recv;
+    for (std::size_t i = 0; i < local.size(); ++i) {
+        CUDA_CHECK(cudaSetDevice(t.device_of(int(i))));
+        CUDA_CHECK(cudaDeviceSynchronize());  // the slots are written
+        all.emplace_back(std::size_t(l.P) * per_rank);
+        send.push_back(local[i]), recv.push_back(all.back().get());
     }
-    transport_.all_gather(sendO, recvO, cpr * slot_elems_ * sizeof(T), streams);
-    transport_.all_gather(sendL, recvL, cpr * slot_rows_ * sizeof(float), streams);
-    CUDA_CHECK(cudaSetDevice(ranks_[0].device));
-    CUDA_CHECK(cudaStreamSynchronize(ranks_[0].comm));
-    const std::vector<float> o = fa::convert_to_float(O_all[0].download()), l = L_all[0].download();
-    O.assign(s.elements(), 0.0f);
-    L.assign(s.rows(), 0.0f);
-    for (std::size_t q = 0; q < P; ++q) {
-        const std::vector<int> chunks = layout_.chunks_of_rank(int(q));
-        for (std::size_t m = 0; m < cpr; ++m) {
-            const int k = chunks[m], len = layout_.chunk_length(k), begin = layout_.chunk_begin(k);
-            const std::size_t slot = q * cpr + m;
-            for (std::size_t bh = 0; bh < s.heads_total(); ++bh)
-                for (int t = 0; t < len; ++t) {
-                    const std::size_t row = bh * std::size_t(s.N) + std::size_t(begin + t);
-                    const std::size_t from = slot * slot_rows_ + bh * std::size_t(len) + std::size_t(t);
-                    L[row] = l[from];
-                    for (std::size_t d = 0; d < D; ++d) O[row * D + d] = o[from * D + d];
-                }
-        }
+    t.all_gather(send, recv, per_rank * sizeof(E), streams);
+    for (std::size_t i = 0; i < local.size(); ++i) {  // `all` is freed on return: wait for every copy
+        CUDA_CHECK(cudaSetDevice(t.device_of(int(i))));
+        CUDA_CHECK(cudaStreamSynchronize(streams[i]));
     }
-    for (RankState<T>& st : ranks_) {  // the gathered buffers are freed below: wait for every copy
-        CUDA_CHECK(cudaSetDevice(st.device));
-        CUDA_CHECK(cudaStreamSynchronize(st.comm));
-    }
+    CUDA_CHECK(cudaSetDevice(t.device_of(0)));
+    const std::vector<float> slots = fa::convert_to_float(all[0].download());
+    std::vector<float> whole(heads * std::size_t(l.N) * std::size_t(width), 0.0f);
+    for (int q = 0; q < l.P; ++q) from_slots(l, heads, width, q, slots.data() + std::size_t(q) * per_rank, whole);
+    return whole;
 }
 
 template void compute_forward<__half>(const Compute&, const fa::AttnShape&, const __half*, const __half*,
                                       const __half*, __half*, float*);
 template void compute_forward<__nv_bfloat16>(const Compute&, const fa::AttnShape&, const __nv_bfloat16*,
                                              const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, float*);
+#define FA_CH12_GATHER(E)                                                                                     \
+    template std::vector<float> gather_slots<E>(Transport&, const Layout&, std::size_t, int, const std::vector<const E*>&, \
+                                                const std::vector<cudaStream_t>&);
+FA_CH12_GATHER(__half)
+FA_CH12_GATHER(__nv_bfloat16)
+FA_CH12_GATHER(float)
 template class RingForward<__half>;
 template class RingForward<__nv_bfloat16>;
 

@@ -41,6 +41,8 @@ Block block_kind(const Layout& l, bool causal, int q_chunk, int k_chunk) {
 
 int kv_owner(int P, int r, int s) { return ((r - s) % P + P) % P; }
 
+int dkv_holder(int P, int owner, int s) { return (owner + s) % P; }
+
 std::vector<BlockTask> step_blocks(const Layout& l, bool causal, int r, int s) {
     const std::vector<int> q_chunks = l.chunks_of_rank(r), k_chunks = l.chunks_of_rank(kv_owner(l.P, r, s));
     std::vector<BlockTask> tasks;
@@ -67,6 +69,42 @@ std::vector<Window> windows(int a, int b) {
     for (int q = 0; q + b < a; q += b) w.push_back({q, b, b});
     w.push_back({a - b, b, b});
     return w;
+}
+
+std::vector<Window> disjoint_windows(int a, int b) {
+    std::vector<Window> w;
+    for (int q = 0; q < a; q += b) w.push_back({q, std::min(b, a - q), b});
+    return w;
+}
+
+namespace {
+
+/// Calls f(slot offset, whole offset) for the first value of every row of rank r's chunks.
+template <class F>
+void for_each_slot_row(const Layout& l, std::size_t heads, int width, int r, F f) {
+    const std::vector<int> chunks = l.chunks_of_rank(r);
+    const std::size_t w = std::size_t(width), slot = heads * std::size_t(l.max_chunk_length()) * w;
+    for (std::size_t m = 0; m < chunks.size(); ++m) {
+        const std::size_t len = std::size_t(l.chunk_length(chunks[m])), begin = std::size_t(l.chunk_begin(chunks[m]));
+        for (std::size_t h = 0; h < heads; ++h)
+            for (std::size_t t = 0; t < len; ++t) f(m * slot + (h * len + t) * w, (h * std::size_t(l.N) + begin + t) * w);
+    }
+}
+
+}  // namespace
+
+std::vector<float> to_slots(const Layout& l, std::size_t heads, int width, int r, const std::vector<float>& whole) {
+    std::vector<float> slots(std::size_t(l.chunks_per_rank()) * heads * std::size_t(l.max_chunk_length()) * std::size_t(width), 0.0f);
+    for_each_slot_row(l, heads, width, r, [&](std::size_t at, std::size_t from) {
+        std::copy(whole.begin() + std::ptrdiff_t(from), whole.begin() + std::ptrdiff_t(from) + width, slots.begin() + std::ptrdiff_t(at));
+    });
+    return slots;
+}
+
+void from_slots(const Layout& l, std::size_t heads, int width, int r, const float* slots, std::vector<float>& whole) {
+    for_each_slot_row(l, heads, width, r, [&](std::size_t at, std::size_t to) {
+        std::copy(slots + at, slots + at + width, whole.begin() + std::ptrdiff_t(to));
+    });
 }
 
 }  // namespace ch12

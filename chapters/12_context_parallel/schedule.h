@@ -10,6 +10,7 @@
 /// with the causal mask every rank has the same work.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,12 @@ Block block_kind(const Layout& l, bool causal, int q_chunk, int k_chunk);
 /// its predecessor's, and so on round the ring: (r − s) mod P.
 int kv_owner(int P, int r, int s);
 
+/// The rank that holds the dK/dV partial sums of rank `owner`'s chunks at step s of the backward
+/// ring (0 ≤ s ≤ P). They travel with the K/V, so at step s < P they sit where those K/V are,
+/// (owner + s) mod P (kv_owner's inverse); one more hop after the last step brings them home:
+/// at s = P the holder is the owner again.
+int dkv_holder(int P, int owner, int s);
+
 /// One block a rank computes: its Q slot (index into chunks_of_rank(r)), the K chunk's slot in
 /// its owner's buffer, both chunks, and the kind.
 struct BlockTask {
@@ -86,5 +93,20 @@ struct Window {
 /// padded to b rows (rows past a are computed and dropped); when a > b, windows of b rows at
 /// 0, b, 2b, … and a last one ending at a (overlapping rows are computed twice, identically).
 std::vector<Window> windows(int a, int b);
+
+/// The backward's calls for a full block of a query rows against b keys: windows of b query rows
+/// at 0, b, 2b, …, the last one padded to b rows with Q = dO = 0 (a padded row adds nothing to
+/// dK_j or dV_j: its dS and dO are 0). Unlike windows(), no query row is in two windows: its terms
+/// of dK_j and dV_j must be added once.
+std::vector<Window> disjoint_windows(int a, int b);
+
+/// Rank r's chunks of an array of `heads` × N rows of `width` values ((B, H, N, width) with
+/// heads = B·H), in the rank's slot layout: slot m holds chunk chunks_of_rank(r)[m] as a compact
+/// (heads, length, width) array, slots heads · ⌈N/C⌉ · width values apart (a shorter chunk leaves
+/// the end of its slot 0).
+std::vector<float> to_slots(const Layout& l, std::size_t heads, int width, int r, const std::vector<float>& whole);
+
+/// The inverse of to_slots: the rows of rank r's slots written to their places in `whole`.
+void from_slots(const Layout& l, std::size_t heads, int width, int r, const float* slots, std::vector<float>& whole);
 
 }  // namespace ch12

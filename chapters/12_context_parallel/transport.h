@@ -31,8 +31,8 @@ public:
     /// "NCCL 2.28.9" or "virtual ranks (device copies on one GPU)".
     virtual std::string name() const = 0;
     /// One step of the ring: each local rank sends `bytes` from send[i] to rank + 1 and receives
-    /// as many into recv[i] from rank − 1, on streams[i]. A receive buffer may be one that was sent
-    /// from at the previous call (the ring's double buffering): it is not overwritten before that
+    /// as many into recv[i] from rank − 1, on streams[i]. A receive buffer may be one this rank sent
+    /// from at an earlier call (the ring's double buffering): it is not overwritten before that
     /// send has been read.
     virtual void ring_exchange(const std::vector<const void*>& send, const std::vector<void*>& recv,
                                std::size_t bytes, const std::vector<cudaStream_t>& streams) = 0;

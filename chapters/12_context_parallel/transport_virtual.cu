@@ -30,8 +30,8 @@ public:
 
     // Rank r's receive is a copy from its predecessor's send buffer. That buffer must hold what
     // the predecessor's stream put there (ready), and r's receive buffer must no longer be read:
-    // it may be the buffer r sent from at the previous call, which r's successor copied from
-    // (read_done of the successor, recorded at that call).
+    // it may be the buffer r sent from at an earlier call, which r's successor copied from
+    // (read_done of the successor, recorded after that call's copies or a later call's).
     void ring_exchange(const std::vector<const void*>& send, const std::vector<void*>& recv, std::size_t bytes,
                        const std::vector<cudaStream_t>& streams) override {
         for (int r = 0; r < P_; ++r) CUDA_CHECK(cudaEventRecord(ready_[std::size_t(r)], streams[std::size_t(r)]));
