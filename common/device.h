@@ -2,6 +2,7 @@
 /// @brief The GPU a program runs on: finding it, describing it, owning its memory.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -147,15 +148,19 @@ void allow_dynamic_smem(Kernel kernel, std::size_t bytes, const char* what) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-/// allow_dynamic_smem for `kernel` the first time it is called with it, nothing afterwards: the
-/// launch code of every chapter calls it before each launch (reading the device properties once
-/// per kernel, not once per launch); asked for more bytes later, it raises the limit again.
+/// allow_dynamic_smem for `kernel` the first time it is called with it on the current device,
+/// nothing afterwards: the launch code of every chapter calls it before each launch (reading the
+/// device properties once per kernel and device, not once per launch); asked for more bytes later,
+/// it raises the limit again. One process may drive several GPUs (chapter 12's NCCL ranks), and
+/// the limit set on one does not hold on another.
 template <class Kernel>
 void allow_dynamic_smem_once(Kernel kernel, std::size_t bytes, const char* what) {
     static std::mutex mutex;
-    static std::map<const void*, std::size_t> allowed;
+    static std::map<std::pair<int, const void*>, std::size_t> allowed;  // the limit is each device's own
     std::lock_guard<std::mutex> lock(mutex);
-    const void* key = reinterpret_cast<const void*>(kernel);
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const std::pair<int, const void*> key{device, reinterpret_cast<const void*>(kernel)};
     const auto it = allowed.find(key);
     if (it != allowed.end() && it->second >= bytes) return;
     allow_dynamic_smem(kernel, bytes, what);
@@ -185,6 +190,13 @@ KernelResources kernel_resources(Kernel kernel, int threads, int smem_bytes, con
     return {a.numRegs, a.localSizeBytes, threads, smem_bytes, blocks};
 }
 
+/// Bytes this process holds in DeviceBuffers now: what its runs allocate, whatever other processes
+/// on the GPU do meanwhile (cudaMemGetInfo counts theirs too).
+inline std::atomic<std::size_t>& device_buffer_bytes() {
+    static std::atomic<std::size_t> held{0};
+    return held;
+}
+
 /// An owning device array of n elements of T (move-only).
 template <class T>
 class DeviceBuffer {
@@ -192,9 +204,13 @@ public:
     DeviceBuffer() = default;
     explicit DeviceBuffer(std::size_t n) : n_(n) {
         if (n_ > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()));
+        device_buffer_bytes() += bytes();
     }
     explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-    ~DeviceBuffer() { cudaFree(ptr_); }
+    ~DeviceBuffer() {
+        cudaFree(ptr_);
+        device_buffer_bytes() -= bytes();
+    }
     DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr, o.n_ = 0; }
     DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
         std::swap(ptr_, o.ptr_);

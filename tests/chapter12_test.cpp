@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../chapters/12_context_parallel/chapter12.h"
@@ -299,6 +300,21 @@ double max_difference(const std::vector<float>& a, const std::vector<float>& b) 
     return std::isfinite(m) ? m : INFINITY;
 }
 
+/// Largest |a − b| less one unit in the last place of T at the larger |a|, |b|: the ring rounds each
+/// block's dK_j, dV_j to T (the kernel writes T), adds them in fp32 and rounds the sum, so its result
+/// may land a rounding step from the single GPU's, which rounds once.
+template <class T>
+double max_difference_past_one_ulp(const std::vector<float>& a, const std::vector<float>& b) {
+    const int mantissa_bits = std::is_same<T, __half>::value ? 10 : 7;
+    double m = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const double x = std::max(std::fabs(double(a[i])), std::fabs(double(b[i])));
+        const double ulp = x > 0 ? std::ldexp(1.0, std::ilogb(x) - mantissa_bits) : 0.0;
+        m = std::max(m, std::fabs(double(a[i]) - double(b[i])) - ulp);
+    }
+    return std::isfinite(m) ? m : INFINITY;
+}
+
 /// A step on P virtual ranks for each shape: the 2× rule against the ring's mirror, and every
 /// element of O and L within the two results' rule bounds of the single-GPU kernel's.
 template <class T>
@@ -401,7 +417,7 @@ void single_gpu_backward(const BwdCompute& c, const fa::AttnProblem& p, const st
 
 /// The backward on P virtual ranks after a forward of step `fwd_step`: dQ, dK, dV poisoned, the 2×
 /// rule against the ring's backward mirror, and every element within the two results' rule bounds
-/// of the single-GPU backward's from the same O and L.
+/// (and one rounding step of T) of the single-GPU backward's from the same O and L.
 template <class T>
 void check_backward_step(Transport& t, int fwd_step, const fa::AttnShape& s, double magnitude) {
     const Compute c = compute_for(fa::device_info(), s.D);
@@ -436,8 +452,9 @@ void check_backward_step(Transport& t, int fwd_step, const fa::AttnShape& s, dou
     const std::vector<float>* one[3] = {&dQ1, &dK1, &dV1};
     for (int k = 0; k < 3; ++k) {
         const double bound = 2 * (ring.err[k].max_abs + single.err[k].max_abs) + ring.floor_abs[k] + single.floor_abs[k];
-        const double d = max_difference(*got[k], *one[k]);
-        INFO("d" << "QKV"[k] << " vs single GPU: max difference " << d << " <= " << bound);
+        const double d = max_difference_past_one_ulp<T>(*got[k], *one[k]);
+        INFO("d" << "QKV"[k] << " vs single GPU: max difference beyond one " << fa::dtype_name<T>() << " ulp " << d
+                 << " <= " << bound);
         CHECK(d <= bound);
     }
 }
@@ -468,23 +485,21 @@ TEST_CASE("forward and backward over NCCL, a rank per GPU of this machine, match
 }
 
 TEST_CASE("the memory estimate of --max-seq is what the forward and backward allocate", "[gpu][v5]") {
-    for (int P : {1, 2, 3}) {
-        const fa::AttnShape s = fa::make_shape(2, 4, 4099, 128, true);
-        std::unique_ptr<Transport> t = make_virtual_transport(P);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        const std::size_t before = fa::device_free_bytes();
-        {
-            RingForward<__nv_bfloat16> fwd(*t, s, kBackward, compute_for(fa::device_info(), s.D));
+    const fa::AttnShape s = fa::make_shape(2, 4, 4099, 128, true);
+    for (int P : {1, 2, 3})
+        for (int step : {kAllGather, kBackward}) {  // step 1 gathers K/V and has no backward
+            std::unique_ptr<Transport> t = make_virtual_transport(P);
+            const std::size_t before = fa::device_buffer_bytes();
+            RingForward<__nv_bfloat16> fwd(*t, s, step, compute_for(fa::device_info(), s.D));
+            const std::size_t forward = fa::device_buffer_bytes() - before;
+            INFO("P=" << P << ", step " << step_name(step) << ": the forward allocated " << forward << " bytes");
+            CHECK(forward == std::size_t(P) * forward_bytes_per_rank(s, P, step));
+            if (step == kAllGather) continue;
             RingBackward<__nv_bfloat16> bwd(fwd, backward_compute_for(fa::device_info(), s.D));
-            const std::size_t used = before - fa::device_free_bytes();
-            const std::size_t estimate = std::size_t(P) * (forward_bytes_per_rank(s, P, kBackward) +
-                                                           backward_bytes_per_rank(s, P, kBackward));
-            INFO("P=" << P << ": allocated " << used << " bytes, estimated " << estimate);
-            // cudaMalloc rounds each of the ~30 buffers of a rank up to its pages (2 MiB)
-            CHECK(used >= estimate);
-            CHECK(used <= estimate + std::size_t(P) * 32 * (std::size_t(2) << 20));
+            const std::size_t backward = fa::device_buffer_bytes() - before - forward;
+            INFO("the backward allocated " << backward << " bytes");
+            CHECK(backward == std::size_t(P) * backward_bytes_per_rank(s, P, step));
         }
-    }
 }
 
 TEST_CASE("timeline: every step's compute and exchange recorded, hidden never more than the exchange", "[gpu][v5]") {

@@ -5,7 +5,7 @@
 # fresh file in a temporary folder through which rank 0 hands the NCCL id to the others. NVLink
 # multicast (NVLS) stays off: NCCL_NVLS_ENABLE=0. Rank 0 prints as it is; the other ranks' lines
 # are prefixed "[rank R]". When a rank ends with an error the others are stopped (they would wait
-# for it forever). Exits with the largest exit status of the ranks.
+# for it forever). Exits with the exit status of the first rank that failed (0 when none did).
 #
 # Several nodes: run the program on each node with RANK = node·GPUs + LOCAL_RANK and the same
 # WORLD_SIZE, and one --rendezvous path on a file system every node sees (tools/launch.sh starts
@@ -36,16 +36,13 @@ for ((r = 0; r < P; r++)); do
   pids[r]=$!
 done
 worst=0
-left=$P
-while [ "$left" -gt 0 ]; do
-  wait -n -p done_pid "${pids[@]}"
+while [ "${#pids[@]}" -gt 0 ]; do
+  wait -n -p done_pid "${pids[@]}"  # only ranks still running: bash forgets a pid once reaped
   status=$?
-  left=$((left - 1))
-  [ "$status" -gt "$worst" ] && worst=$status
-  if [ "$status" != 0 ]; then  # the others would wait for this rank forever: stop them
-    for p in "${pids[@]}"; do
-      [ "$p" != "$done_pid" ] && kill "$p" 2>/dev/null
-    done
+  for r in "${!pids[@]}"; do [ "${pids[r]}" = "$done_pid" ] && unset 'pids[r]'; done
+  if [ "$status" != 0 ] && [ "$worst" = 0 ]; then  # the first failure: the others would wait for it forever
+    worst=$status
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   fi
 done
 exit "$worst"

@@ -88,6 +88,9 @@ struct SplitPlan {
 /// (query-head groups × row blocks). More blocks per SM than one measured slower (README's sweep),
 /// and so did a floor of 1024 keys for kernels 3, 4 and paged caches at N = 4096 and 8192.
 SplitPlan plan_splits(const DecodeShape& s, int groups, int Bc, int slots);
+/// The blocks per SM the heuristic plans for: one, but two for kernel 6, whose barrier-bound
+/// conversion of each tile a second block hides (README, step 6: measured at 16 to 256 splits).
+constexpr int blocks_per_sm(int variant) { return variant == kFp8 ? 2 : 1; }
 constexpr int kMinChunkTiles = 4;
 /// A plan with `chunk` keys per split (rounded up to B_c); grid width = the most splits needed.
 SplitPlan plan_with_chunk(const DecodeShape& s, int chunk, int Bc);

@@ -31,8 +31,9 @@ SplitPlan default_plan(int variant, const DecodeShape& s, int candidate) {
     exit_if(unsupported_reason(variant, s, candidate), "ch10::default_plan");
     const int Bc = block_keys(variant, candidate);
     if (variant == kFa2Grid) return plan_with_chunk(s, s.max_len(), Bc);  // one block reads the whole cache
-    // the heuristic gives each SM one block's share (README, "How many splits")
-    return plan_splits(s, groups_per_split(variant, s), Bc, fa::sm_count());
+    // the heuristic gives each SM one block's share (README, "How many splits"); kernel 6 two, so
+    // that one block's loads run while the other converts its tile in shared memory (step 6)
+    return plan_splits(s, groups_per_split(variant, s), Bc, fa::sm_count() * blocks_per_sm(variant));
 }
 
 template <class T>

@@ -73,6 +73,7 @@ RingBackward<T>::RingBackward(RingForward<T>& forward, BwdCompute c) : fwd_(forw
         b.work_win = fa::DeviceBuffer<float>(work);
         b.dKV_part = fa::DeviceBuffer<float>(2 * cpr * slot);
         for (fa::DeviceBuffer<float>& x : b.dKV_ring) x = fa::DeviceBuffer<float>(2 * cpr * slot);
+        b.dKV_blk.poison();  // what the kernels write starts as NaN: a row they miss poisons dK, dV
     }
 }
 

@@ -120,10 +120,17 @@ void print_bandwidth(ch12::Transport& t, const fa::AttnShape& s, const Options& 
     }
 }
 
-/// The largest N (B, H, D of s) whose bytes(N) fit in `free` bytes, by bisection (bytes grows with N).
+/// The backward's kernels launch on arrays of at most 2·10⁹ elements (B·H·N·D, chapter 8's limit):
+/// the largest N whose arrays stay under it (per rank: its ~N/P rows; every row for step 1's gather).
+int largest_launchable_n(const fa::AttnShape& s, int ranks) {
+    return int(std::min<double>(double(ranks) * 2e9 / (double(s.heads_total()) * s.D), 2147483647.0));
+}
+
+/// The largest N ≤ n_max (B, H, D of s) whose bytes(N) fit in `free` bytes, by bisection (bytes grows
+/// with N).
 template <class Bytes>
-int largest_n(const fa::AttnShape& s, std::size_t free, Bytes bytes) {
-    int lo = 0, hi = int(std::min<double>(2e9 / (double(s.heads_total()) * s.D), 2147483647.0));
+int largest_n(const fa::AttnShape& s, std::size_t free, int n_max, Bytes bytes) {
+    int lo = 0, hi = n_max;
     while (lo < hi) {
         const int mid = lo + (hi - lo + 1) / 2;
         if (bytes(fa::make_shape(s.B, s.H, mid, s.D, s.causal, s.scale)) <= free) lo = mid;
@@ -133,7 +140,8 @@ int largest_n(const fa::AttnShape& s, std::size_t free, Bytes bytes) {
 }
 
 /// --max-seq: from the buffers the runs allocate (an estimate: no run), the largest N that one GPU
-/// fits for the forward and backward of the whole sequence, and that P ranks fit for the ring.
+/// fits for the forward and backward of the whole sequence, and that P ranks fit for the ring; and
+/// which limit binds, the memory or the kernels' largest array.
 void print_max_seq(const fa::AttnShape& s, const Options& o, const fa::RunArgs& args, int P) {
     const std::size_t free = fa::device_free_bytes();
     auto one_gpu = [](const fa::AttnShape& x) {  // Q, K, V, O, dO, dQ, dK, dV, L and chapter 8's workspace
@@ -142,11 +150,14 @@ void print_max_seq(const fa::AttnShape& s, const Options& o, const fa::RunArgs& 
     auto ring = [&](const fa::AttnShape& x) {
         return ch12::forward_bytes_per_rank(x, P, o.step) + ch12::backward_bytes_per_rank(x, P, o.step);
     };
-    const int n1 = largest_n(s, free, one_gpu), nP = largest_n(s, free, ring);
-    std::printf("largest N by memory (an estimate from the buffers, %.2f GiB free on this GPU; B = %d, H = %d, D = %d):\n"
-                "  one GPU, forward and backward of the whole sequence: N = %d\n"
-                "  %d ranks, step %s and its backward, a GPU each:      N = %d\n",
-                free / 1073741824.0, s.B, s.H, s.D, n1, P, ch12::step_name(o.step).c_str(), nP);
+    const int cap1 = largest_launchable_n(s, 1), capP = largest_launchable_n(s, o.step == ch12::kAllGather ? 1 : P);
+    const int n1 = largest_n(s, free, cap1, one_gpu), nP = largest_n(s, free, capP, ring);
+    auto limit = [](int n, int cap) { return n == cap ? "the kernels' 2e9 elements per array" : "memory"; };
+    std::printf("largest N (an estimate from the buffers, %.2f GiB free on this GPU; B = %d, H = %d, D = %d):\n"
+                "  one GPU, forward and backward of the whole sequence: N = %d (limit: %s)\n"
+                "  %d ranks, step %s and its backward, a GPU each:      N = %d (limit: %s)\n",
+                free / 1073741824.0, s.B, s.H, s.D, n1, limit(n1, cap1), P, ch12::step_name(o.step).c_str(), nP,
+                limit(nP, capP));
     if (args.csv.empty()) return;
     const fa::TimingStats none{NAN, NAN};
     fa::append_result_csv(args.csv, {12, "max-seq-one-gpu", o.dtype, "memory"},

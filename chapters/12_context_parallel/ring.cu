@@ -127,6 +127,9 @@ RingForward<T>::RingForward(Transport& transport, const fa::AttnShape& s, int st
         st.O_win = fa::DeviceBuffer<T>(slot_elems_);
         st.L_win = fa::DeviceBuffer<float>(slot_rows_);
         st.Q_win.zero();  // the padding rows of a short window: finite, computed and dropped
+        // what the kernels write (chapter 9 by TMA stores) starts as NaN: a row they miss poisons O
+        for (fa::DeviceBuffer<T>* x : {&st.O_blk, &st.O_win}) x->poison();
+        for (fa::DeviceBuffer<float>* x : {&st.L_blk, &st.L_win}) x->poison();
         CUDA_CHECK(cudaStreamCreateWithFlags(&st.comm, cudaStreamNonBlocking));
         CUDA_CHECK(cudaEventCreateWithFlags(&st.computed, cudaEventDisableTiming));
         for (cudaEvent_t& e : st.received) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

@@ -282,7 +282,40 @@ def timeline_table():
             + common.md_table(["point in the block"] + [s for _, s in shapes], body))
 
 
+# ---- step 6: the fp8 cache beside kernel 5 --------------------------------------------------------
+
+FP8_RUN = "results/ch10/h100-2026-11-27-fp8"     # tools/bench_decoding.sh with kernel 6 in the ladder
+FP8_CSV = FP8_RUN + "/decoding.csv"
+
+
+def fp8_table():
+    _, rows = common.read_csv(FP8_CSV)
+
+    def one(label, b, q, n):
+        return common.one(rows, "kernel %s" % label, label=label, batch=b, q_len=q, max_len=n, candidate=-1,
+                          page_size=0, check="PASS")
+
+    body = []
+    for title, b, q, n in [("B = 1, N = 4096", 1, 1, 4096), ("B = 1, N = 8192", 1, 1, 8192),
+                           ("B = 1, N = 16384", 1, 1, 16384), ("B = 1, N = 32768", 1, 1, 32768),
+                           ("B = 1, N = 131072", 1, 1, 131072), ("B = 1, N = 32768, q_len = 4", 1, 4, 32768),
+                           ("B = 64, N = 4096", 64, 1, 4096)]:
+        k5, k6 = one("5-tuned", b, q, n), one("6-fp8-kv", b, q, n)
+        body.append([title, "%.1f" % k5["median_us"], "%.1f" % k6["median_us"],
+                     "%.2f" % (k5["median_us"] / k6["median_us"]), "%.0f" % k6["kv_gbps"],
+                     "%.2e" % k5["o_rel_l2"], "%.2e" % k6["o_rel_l2"], "%.2e" % k6["o_rel_l2_vs_16bit"]])
+    return ("%s. bf16 Q and O, H_q = 32, H_kv = 8, D = 128, contiguous caches; µs are medians of 20 with the L2 "
+            "flushed; kernel 6's GB/s count the bytes it reads (one per element). Relative L2 errors of O over "
+            "the checked rows: against float64 attention over the 16-bit cache (kernel 5, kernel 6), and "
+            "kernel 6 against O of the 16-bit cache. Every row passed the 2× rule.\n\n"
+            % provenance(FP8_RUN, "tools/bench_decoding.sh OUT", [FP8_CSV])
+            + common.md_table(["shape", "kernel 5 (µs)", "kernel 6 fp8 (µs)", "kernel 5 / kernel 6",
+                               "kernel 6 (GB/s)", "O error, 16-bit cache", "O error, fp8 cache",
+                               "fp8 vs 16-bit O"], body))
+
+
 TABLES = {
+    "ch10-fp8": fp8_table,
     "ch10-ladder": ladder_table,
     "ch10-targets": targets_table,
     "ch10-sweep": sweep_table,
