@@ -293,13 +293,6 @@ fa::AttnProblem rounded_problem(const fa::AttnShape& s, std::uint64_t seed, doub
     return p;
 }
 
-/// Largest |a − b| over all elements.
-double max_difference(const std::vector<float>& a, const std::vector<float>& b) {
-    double m = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
-    return std::isfinite(m) ? m : INFINITY;
-}
-
 /// Largest |a − b| less one unit in the last place of T at the larger |a|, |b|: the ring rounds each
 /// block's dK_j, dV_j to T (the kernel writes T), adds them in fp32 and rounds the sum, so its result
 /// may land a rounding step from the single GPU's, which rounds once.

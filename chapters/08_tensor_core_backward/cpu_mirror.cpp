@@ -39,19 +39,24 @@ void p_ds(const fa::AttnShape& s, const float* Qi, const float* Kj, const float*
     dS = P * (dP - Dsum);
 }
 
-template <class T>
-void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, const std::vector<float>& O,
-                    const std::vector<float>& L, const ch6::SampledBackward& ref, std::vector<float>& dQ,
-                    std::vector<float>& dK, std::vector<float>& dV) {
-    const fa::AttnShape& s = p.shape;
-    const std::size_t D = std::size_t(s.D), nr = ref.rows.size();
-    // line 4: D_i = rowsum(dO_i ∘ O_i) in fp32, every row
+std::vector<float> row_sums_dO_O(const fa::AttnShape& s, const std::vector<float>& dO, const std::vector<float>& O) {
+    const std::size_t D = std::size_t(s.D);
     std::vector<float> Dsum(s.rows());
     fa::parallel_for(s.rows(), [&](std::size_t r) {
         float acc = 0.0f;
         for (std::size_t d = 0; d < D; ++d) acc += dO[r * D + d] * O[r * D + d];
         Dsum[r] = acc;
     });
+    return Dsum;
+}
+
+template <class T>
+void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, const std::vector<float>& O,
+                    const std::vector<float>& L, const ch6::SampledBackward& ref, std::vector<float>& dQ,
+                    std::vector<float>& dK, std::vector<float>& dV) {
+    const fa::AttnShape& s = p.shape;
+    const std::size_t D = std::size_t(s.D), nr = ref.rows.size();
+    const std::vector<float> Dsum = row_sums_dO_O(s, dO, O);  // line 4, every row
     dQ.assign(s.heads_total() * nr * D, NAN);
     dK.assign(ref.heads.size() * nr * D, NAN);
     dV.assign(dK.size(), NAN);

@@ -110,18 +110,25 @@ ch8::Workspace RingBackward<T>::workspace(const RankState<T>& f, BwdRankState<T>
     return ch8::split_workspace(b.work[std::size_t(q_slot)].get(), slot_shape(chunk, false), ch8::kAtomic);
 }
 
-// Line 4 for each Q slot: D_i and L·log2 e into the slot's workspace, its dQ_i sums zeroed; the
-// travelling sum a rank starts at step 0 is zero too.
+// Part `part` of the backward (0: the preprocess, 2: the dQ conversion) on each of the rank's Q
+// slots, with the slot's rows, dO, O, L and workspace.
 template <class T>
-void RingBackward<T>::start(RankState<T>& f, BwdRankState<T>& b) {
+void RingBackward<T>::per_q_slot(RankState<T>& f, BwdRankState<T>& b, int part) {
     const std::vector<int> chunks = fwd_.layout_.chunks_of_rank(f.rank);
     for (std::size_t m = 0; m < chunks.size(); ++m) {
         if (fwd_.layout_.chunk_length(chunks[m]) == 0) continue;
         const std::size_t at = m * fwd_.slot_elems_;
         const ch8::BwdTensors<T> x{f.Q.get() + at, nullptr, nullptr, f.O.get() + at, b.dO.get() + at,
                                    f.L.get() + m * fwd_.slot_rows_, b.dQ.get() + at, nullptr, nullptr};
-        compute_backward_part<T>(compute_, 0, slot_shape(chunks[m], false), x, workspace(f, b, int(m)));
+        compute_backward_part<T>(compute_, part, slot_shape(chunks[m], false), x, workspace(f, b, int(m)));
     }
+}
+
+// Line 4 for each Q slot: D_i and L·log2 e into the slot's workspace, its dQ_i sums zeroed; the
+// travelling sum a rank starts at step 0 is zero too.
+template <class T>
+void RingBackward<T>::start(RankState<T>& f, BwdRankState<T>& b) {
+    per_q_slot(f, b, 0);
     CUDA_CHECK(cudaMemsetAsync(b.dKV_ring[0].get(), 0, b.dKV_ring[0].bytes(), cudaStreamLegacy));
 }
 
@@ -213,14 +220,7 @@ void RingBackward<T>::exchange_sums(int s) {
 template <class T>
 void RingBackward<T>::finish(RankState<T>& f, BwdRankState<T>& b, int held) {
     round_to_elements<T>(b.dKV.get(), b.dKV_ring[held].get(), b.dKV.size());
-    const std::vector<int> chunks = fwd_.layout_.chunks_of_rank(f.rank);
-    for (std::size_t m = 0; m < chunks.size(); ++m) {
-        if (fwd_.layout_.chunk_length(chunks[m]) == 0) continue;
-        const std::size_t at = m * fwd_.slot_elems_;
-        const ch8::BwdTensors<T> x{f.Q.get() + at, nullptr, nullptr, f.O.get() + at, b.dO.get() + at,
-                                   f.L.get() + m * fwd_.slot_rows_, b.dQ.get() + at, nullptr, nullptr};
-        compute_backward_part<T>(compute_, 2, slot_shape(chunks[m], false), x, workspace(f, b, int(m)));
-    }
+    per_q_slot(f, b, 2);
 }
 
 template <class T>

@@ -175,6 +175,7 @@ public:
     void gather(std::vector<float>& dQ, std::vector<float>& dK, std::vector<float>& dV);
 
 private:
+    void per_q_slot(RankState<T>& f, BwdRankState<T>& b, int part);
     void start(RankState<T>& f, BwdRankState<T>& b);
     void compute_step(RankState<T>& f, BwdRankState<T>& b, int s, const T* kv);
     void compute_block(RankState<T>& f, BwdRankState<T>& b, const BlockTask& t, const T* K, const T* V);
@@ -217,5 +218,8 @@ ch8::MirrorErrors ring_backward_mirror_errors(const fa::AttnProblem& p, const st
 /// T = float nothing is rounded: the ring's schedule and merge alone, in fp32.
 template <class T>
 ch7::MirrorErrors ring_mirror_errors(const fa::AttnProblem& p, const Layout& l, int Bc);
+
+/// Largest |a − b| over all elements (the ring against one GPU); inf if any is NaN or inf.
+double max_difference(const std::vector<float>& a, const std::vector<float>& b);
 
 }  // namespace ch12

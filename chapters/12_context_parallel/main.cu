@@ -197,12 +197,6 @@ SingleBackward<T> single_backward(const ch12::BwdCompute& c, const fa::AttnProbl
     return out;
 }
 
-double max_difference(const std::vector<float>& a, const std::vector<float>& b) {
-    double m = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
-    return std::isfinite(m) ? m : INFINITY;
-}
-
 /// Step 5 after its forward: the ring's backward checked (2× rule against the ring's backward
 /// mirror, and against one GPU's backward from the same O and L) and timed.
 template <class T>
@@ -232,7 +226,8 @@ bool run_backward(ch12::RingForward<T>& ring, const fa::AttnProblem& p, const fa
         const ch7::RuleVerdict v = ch8::low_precision_rule(
             ch6::check_backward(ref, dQ.data(), dK.data(), dV.data(), ch8::rule_tolerance(mirror)), mirror);
         std::printf("%s  vs one GPU: max |dQ - dQ_1| %.3e, |dK - dK_1| %.3e, |dV - dV_1| %.3e\n", v.text.c_str(),
-                    max_difference(dQ, one.dQ), max_difference(dK, one.dK), max_difference(dV, one.dV));
+                    ch12::max_difference(dQ, one.dQ), ch12::max_difference(dK, one.dK),
+                    ch12::max_difference(dV, one.dV));
         ok = v.ok;
     }
     if (args.no_bench) return ok;
@@ -310,8 +305,8 @@ int run(fa::AttnProblem& p, const fa::RunArgs& args, const Options& o, const Env
                 mirrors.emplace(key, ch12::ring_mirror_errors<T>(p, ring.layout(), ch12::compute_Bc(c, s.D)));
             const ch7::RuleVerdict v = ch7::low_precision_rule(fa::check_forward(p, O.data(), L.data()), mirrors.at(key));
             std::printf("%s  vs one GPU: max |O - O_1| %.3e, max |L - L_1| %.3e\n", v.text.c_str(),
-                        max_difference(O, O1), max_difference(L, L1));
-            ok &= v.ok && std::isfinite(max_difference(O, O1)) && std::isfinite(max_difference(L, L1));
+                        ch12::max_difference(O, O1), ch12::max_difference(L, L1));
+            ok &= v.ok && std::isfinite(ch12::max_difference(O, O1)) && std::isfinite(ch12::max_difference(L, L1));
         }
         fa::TimingStats tp{};
         if (!args.no_bench) {

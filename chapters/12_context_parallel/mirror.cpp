@@ -94,13 +94,7 @@ void ring_backward_mirror(const fa::AttnProblem& p, const std::vector<float>& dO
                           std::vector<float>& dQ, std::vector<float>& dK, std::vector<float>& dV) {
     const fa::AttnShape& s = p.shape;
     const std::size_t D = std::size_t(s.D), nr = ref.rows.size();
-    // line 4: D_i = rowsum(dO_i ∘ O_i) in fp32 (the preprocess of the rank that holds row i)
-    std::vector<float> Dsum(s.rows());
-    fa::parallel_for(s.rows(), [&](std::size_t r) {
-        float acc = 0.0f;
-        for (std::size_t d = 0; d < D; ++d) acc += dO[r * D + d] * O[r * D + d];
-        Dsum[r] = acc;
-    });
+    const std::vector<float> Dsum = ch8::row_sums_dO_O(s, dO, O);  // line 4, on the rank that holds row i
     dQ.assign(s.heads_total() * nr * D, NAN);
     dK.assign(ref.heads.size() * nr * D, NAN);
     dV.assign(dK.size(), NAN);
@@ -200,5 +194,11 @@ template ch8::MirrorErrors ring_backward_mirror_errors<__nv_bfloat16>(const fa::
 template ch7::MirrorErrors ring_mirror_errors<float>(const fa::AttnProblem&, const Layout&, int);
 template ch7::MirrorErrors ring_mirror_errors<__half>(const fa::AttnProblem&, const Layout&, int);
 template ch7::MirrorErrors ring_mirror_errors<__nv_bfloat16>(const fa::AttnProblem&, const Layout&, int);
+
+double max_difference(const std::vector<float>& a, const std::vector<float>& b) {
+    double m = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+    return std::isfinite(m) ? m : INFINITY;
+}
 
 }  // namespace ch12

@@ -113,13 +113,14 @@ CHAPTERS = [
      "wgmma, TMA into an mbarrier ring, warp specialization, pingpong, softmax under P·V: the FlashAttention-3 forward",
      "GPU tests and sanitizer pass; compute capability 9.0 only"),
     (10, "10_decoding", "Decoding",
-     "a KV cache: split-KV with chapter 2's merge, GQA packing, a paged cache", "GPU tests and sanitizer pass"),
+     "a KV cache: split-KV with chapter 2's merge, GQA packing, a paged cache, an fp8 (e4m3) cache",
+     "GPU tests and sanitizer pass"),
     (11, "11_hopper_backward", "Backward on Hopper",
      "Algorithm 2 on wgmma, TMA and warp specialization; dQ added by TMA reduce-add",
      "GPU tests and sanitizer pass; compute capability 9.0 only"),
     (12, "12_context_parallel", "Attention across GPUs",
      "ring attention: the sequence sharded over GPUs, K/V passed round a ring (NCCL), partial results merged as in chapter 2",
-     "GPU tests pass on virtual ranks; the NCCL ring checked on two H100s"),
+     "GPU tests pass on virtual ranks and over NCCL on two H100s; sanitizer clean on virtual ranks"),
 ]
 
 
