@@ -112,6 +112,10 @@ struct MirrorErrors {
 template <class T>
 MirrorErrors mirror_errors(const fa::AttnProblem& p, int Bc);
 
+/// The errors and floors of a mirror's O and L (filled on the rows fa::check_forward samples): what
+/// mirror_errors returns, for mirrors that compute those rows another way (chapter 12's ring).
+MirrorErrors errors_of_mirror(const fa::AttnProblem& p, const std::vector<float>& O, const std::vector<float>& L);
+
 /// Unit roundoff of T: 2⁻¹¹ (fp16), 2⁻⁸ (bf16), 2⁻²⁴ (float).
 template <class T>
 constexpr double unit_roundoff();

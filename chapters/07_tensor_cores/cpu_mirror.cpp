@@ -90,12 +90,16 @@ MirrorErrors mirror_errors(const fa::AttnProblem& p, int Bc) {
         const std::size_t r = bh * std::size_t(s.N) + std::size_t(i);
         mirror_rows<T>(s, p.Q.data(), p.K.data(), p.V.data(), bh, i, i + 1, Bc, &O[r * s.D], &L[r]);
     });
+    return errors_of_mirror(p, O, L);
+}
+
+MirrorErrors errors_of_mirror(const fa::AttnProblem& p, const std::vector<float>& O, const std::vector<float>& L) {
     MirrorErrors e;
     e.check = fa::check_forward(p, O.data(), L.data());
     double max_v = 0, max_l = 1;
     for (float v : p.V) max_v = std::max(max_v, double(std::fabs(v)));
     for (float x : L) max_l = std::max(max_l, double(std::fabs(x)));
-    const fa::RuleFloors f = fa::rule_floors(s.D, max_v, max_l);
+    const fa::RuleFloors f = fa::rule_floors(p.shape.D, max_v, max_l);
     e.floor_O = f.O, e.floor_L = f.L, e.floor_rel = f.rel_O, e.floor_rel_L = f.rel_L;
     return e;
 }

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "../../common/dtype.h"
-#include "../../common/low_precision_rule.h"
 #include "../../common/parallel.h"
 #include "../../common/reference.h"
 #include "../08_tensor_core_backward/cpu_mirror.h"
@@ -64,14 +63,7 @@ ch7::MirrorErrors ring_mirror_errors(const fa::AttnProblem& p, const Layout& l, 
         const std::size_t bh = k / rows.size(), r = bh * std::size_t(s.N) + std::size_t(rows[k % rows.size()]);
         ring_mirror_row<T>(p, l, Bc, bh, rows[k % rows.size()], &O[r * std::size_t(s.D)], &L[r]);
     });
-    ch7::MirrorErrors e;
-    e.check = fa::check_forward(p, O.data(), L.data());
-    double max_v = 0, max_l = 1;
-    for (float v : p.V) max_v = std::max(max_v, double(std::fabs(v)));
-    for (float x : L) max_l = std::max(max_l, double(std::fabs(x)));
-    const fa::RuleFloors f = fa::rule_floors(s.D, max_v, max_l);
-    e.floor_O = f.O, e.floor_L = f.L, e.floor_rel = f.rel_O, e.floor_rel_L = f.rel_L;
-    return e;
+    return ch7::errors_of_mirror(p, O, L);
 }
 
 namespace {
