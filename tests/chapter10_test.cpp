@@ -88,15 +88,19 @@ struct Expected {
     std::map<std::pair<int, int>, std::pair<std::vector<float>, std::vector<float>>> mirror;  // (chunk, B_c)
 };
 
-// The mirror of problem p (for kernel 6: of its dequantized cache).
+// The mirror of problem p (for kernel 6: of its dequantized cache, with its products in fp16).
 template <class T>
 const std::pair<std::vector<float>, std::vector<float>>& mirror_of(const DecodeProblem& p, Expected& e,
-                                                                  const SplitPlan& plan, int Bc) {
+                                                                  const SplitPlan& plan, int Bc, bool fp8) {
     auto key = std::make_pair(plan.chunk, Bc);
     auto it = e.mirror.find(key);
     if (it == e.mirror.end()) {
         std::vector<float> O(e.rows.size() * p.s.D), L(e.rows.size());
-        mirror_decode<T>(p.s, plan, Bc, p.Q.data(), p.K.data(), p.V.data(), nullptr, e.rows, O.data(), L.data());
+        if (fp8)
+            mirror_decode<T, __half>(p.s, plan, Bc, p.Q.data(), p.K.data(), p.V.data(), nullptr, e.rows, O.data(),
+                                     L.data());
+        else
+            mirror_decode<T>(p.s, plan, Bc, p.Q.data(), p.K.data(), p.V.data(), nullptr, e.rows, O.data(), L.data());
         it = e.mirror.emplace(key, std::make_pair(std::move(O), std::move(L))).first;
     }
     return it->second;
@@ -166,7 +170,7 @@ void check_variant(int variant, const DecodeShape& s, int page_size, Cut cut, in
         std::copy_n(&O[e->rows[r] * s.D], s.D, &Os[r * s.D]);
         Ls[r] = L[e->rows[r]];
     }
-    const auto& m = mirror_of<T>(q, *e, plan, block_keys(variant, candidate));
+    const auto& m = mirror_of<T>(q, *e, plan, block_keys(variant, candidate), fp8);
     const RuleCheck rule = low_precision_rule(q.s, e->rows.size(), Os.data(), Ls.data(), e->O.data(), e->L.data(),
                                               m.first.data(), m.second.data(), q.max_abs_V);
     INFO("splits x keys " << plan.splits << " x " << plan.chunk << "\n" << rule.text);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "../../common/dtype.h"
@@ -74,7 +75,7 @@ void decode_reference_rows(const DecodeShape& s, const float* Q, const float* K,
     });
 }
 
-template <class T>
+template <class T, class TP>
 void mirror_decode(const DecodeShape& s, const SplitPlan& plan, int Bc, const float* Q, const float* K,
                    const float* V, const int* table, const std::vector<std::size_t>& rows, float* O, float* L) {
     const int D = s.D;
@@ -82,7 +83,9 @@ void mirror_decode(const DecodeShape& s, const SplitPlan& plan, int Bc, const fl
         const std::size_t row = rows[r];
         const RowId id = row_id(s, row);
         const int len = s.lens[id.b], h_kv = id.h / s.g(), limit = key_limit(len, s.q_len, id.i);
-        const float* q = Q + row * D;
+        std::vector<float> q(Q + row * D, Q + (row + 1) * D);  // the products' type TP sees Q rounded to it
+        if (!std::is_same<T, TP>::value)
+            for (float& x : q) x = rounded<TP>(x);
         const int n = splits_of(len, s.q_len, plan.chunk);
         std::vector<float> O_s(static_cast<std::size_t>(n) * D), L_s(static_cast<std::size_t>(n));
         std::vector<float> Sr(static_cast<std::size_t>(Bc));
@@ -108,7 +111,7 @@ void mirror_decode(const DecodeShape& s, const SplitPlan& plan, int Bc, const fl
                 for (int c = 0; c < kn; ++c) {
                     const float p = std::exp(Sr[c] - m_new);
                     l += p;
-                    const float pr = rounded<T>(p);  // P~ is rounded to T before P~ V
+                    const float pr = rounded<TP>(p);  // P~ is rounded to TP before P~ V
                     const float* vr = V + cache_row(s, table, id.b, h_kv, k0, c);
                     for (int d = 0; d < D; ++d) o[d] += pr * vr[d];
                 }
@@ -132,12 +135,14 @@ void mirror_decode(const DecodeShape& s, const SplitPlan& plan, int Bc, const fl
     });
 }
 
-template void mirror_decode<float>(const DecodeShape&, const SplitPlan&, int, const float*, const float*,
-                                   const float*, const int*, const std::vector<std::size_t>&, float*, float*);
-template void mirror_decode<__half>(const DecodeShape&, const SplitPlan&, int, const float*, const float*,
-                                   const float*, const int*, const std::vector<std::size_t>&, float*, float*);
-template void mirror_decode<__nv_bfloat16>(const DecodeShape&, const SplitPlan&, int, const float*, const float*,
-                                   const float*, const int*, const std::vector<std::size_t>&, float*, float*);
+template void mirror_decode<float, float>(const DecodeShape&, const SplitPlan&, int, const float*, const float*,
+                                          const float*, const int*, const std::vector<std::size_t>&, float*, float*);
+template void mirror_decode<__half, __half>(const DecodeShape&, const SplitPlan&, int, const float*, const float*,
+                                          const float*, const int*, const std::vector<std::size_t>&, float*, float*);
+template void mirror_decode<__nv_bfloat16, __nv_bfloat16>(const DecodeShape&, const SplitPlan&, int, const float*, const float*,
+                                          const float*, const int*, const std::vector<std::size_t>&, float*, float*);
+template void mirror_decode<__nv_bfloat16, __half>(const DecodeShape&, const SplitPlan&, int, const float*, const float*,
+                                          const float*, const int*, const std::vector<std::size_t>&, float*, float*);
 
 std::vector<std::size_t> all_rows(const DecodeShape& s) {
     std::vector<std::size_t> rows(s.rows());

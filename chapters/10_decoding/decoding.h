@@ -198,9 +198,10 @@ void decode_reference_rows(const DecodeShape& s, const float* Q, const float* K,
 /// online softmax over tiles of B_c keys (partial O_s normalized, L_s), then chapter 2's merge of
 /// the splits exactly as combine_kernel does it. K, V are the cache as stored: contiguous, or the
 /// page pool read through `table` when s.paged(). With T = float nothing is rounded; with 16 bits
-/// P̃ is rounded to T before P̃·V and O at the end, as in the kernels.
+/// P̃ is rounded to TP (the products' type) before P̃·V and O to T at the end, as in the kernels;
+/// with TP ≠ T (kernel 6 on bf16: products in fp16) Q is rounded to TP too.
 /// Only the listed rows are computed: O is rows.size() × D, L rows.size() (all_rows(s): every row).
-template <class T>
+template <class T, class TP = T>
 void mirror_decode(const DecodeShape& s, const SplitPlan& plan, int Bc, const float* Q, const float* K,
                    const float* V, const int* table, const std::vector<std::size_t>& rows, float* O, float* L);
 /// 0, 1, …, rows − 1.

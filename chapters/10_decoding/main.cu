@@ -191,6 +191,16 @@ private:
         };
     }
 
+    // Kernel 6 multiplies in fp16 (bf16 Q converted): a |Q| past fp16's 65504 would become inf.
+    static void exit_if_q_past_half(const std::vector<float>& Q) {
+        float q_max = 0.0f;
+        for (float x : Q) q_max = std::max(q_max, std::fabs(x));
+        if (q_max <= 65504.0f) return;
+        std::fprintf(stderr, "chapter10: kernel 6 multiplies in fp16, which holds |Q| up to 65504; this Q reaches %g\n",
+                     double(q_max));
+        std::exit(fa::kExitBadInput);
+    }
+
     // The arrays of the cache stored with `page_size`, 16-bit or (fp8) e4m3: made, appended and
     // checked once. An e4m3 cache also has the float64 reference over its dequantized values.
     Owner& owner(int page_size, bool fp8) {
@@ -198,6 +208,7 @@ private:
         stored_.reset(), fp8_.reset();
         const ch10::StoredCache c = ch10::stored_cache(p_, page_size, o_.run.seed + 5);
         if (fp8) {
+            exit_if_q_past_half(p_.Q);
             fp8_ = std::make_unique<ch10::Fp8Cache>(ch10::quantize_cache(p_, c));
             if (!o_.run.no_check) {
                 O_ref8_.resize(O_ref_.size()), L_ref8_.resize(L_ref_.size());
@@ -232,7 +243,12 @@ private:
         const std::vector<double>& O_ref = fp8_ != nullptr ? O_ref8_ : O_ref_;
         const std::vector<double>& L_ref = fp8_ != nullptr ? L_ref8_ : L_ref_;
         std::vector<float> Om(Os.size()), Lm(Ls.size());
-        ch10::mirror_decode<T>(q.s, plan, Bc, q.Q.data(), q.K.data(), q.V.data(), nullptr, rows_, Om.data(), Lm.data());
+        if (fp8_ != nullptr)  // kernel 6's products are fp16 (bf16 Q converted)
+            ch10::mirror_decode<T, __half>(q.s, plan, Bc, q.Q.data(), q.K.data(), q.V.data(), nullptr, rows_, Om.data(),
+                                           Lm.data());
+        else
+            ch10::mirror_decode<T>(q.s, plan, Bc, q.Q.data(), q.K.data(), q.V.data(), nullptr, rows_, Om.data(),
+                                   Lm.data());
         const ch10::RuleCheck c = ch10::low_precision_rule(q.s, rows_.size(), Os.data(), Ls.data(), O_ref.data(),
                                                           L_ref.data(), Om.data(), Lm.data(), q.max_abs_V);
         std::printf("%s  every element of O and L finite: %s\n", c.text.c_str(), finite ? "PASS" : "FAIL");

@@ -15,9 +15,10 @@
 ///   5  tuned      as 3 (or 4 on a paged cache), with the warps and pipeline depth of the sweep;
 ///                 the last block of each group to finish merges the splits (no second kernel)
 ///   6  fp8-kv     as 5 on a cache of e4m3 bytes with a scale per (sequence, KV head) for K and
-///                 for V: half the bytes to read; each tile is converted to 16 bits in shared
-///                 memory (dequantize_kv), the scales applied in fp32 (s_K in the softmax scale,
-///                 s_V in the output); append_fp8_kernel quantizes the new tokens
+///                 for V: half the bytes to read; each warp converts its keys of a tile to fp16 in
+///                 shared memory (dequantize_warp_kv) and the products run in fp16 (bf16 Q is
+///                 converted once), the scales applied in fp32 (s_K in the softmax scale, s_V in
+///                 the output); append_fp8_kernel quantizes the new tokens
 ///
 /// Who owns what. The block's query rows are one 16-row m-tile: packed row r is token r % q_len of
 /// query head hq0 + r / q_len (step 3; steps 1–2 have one head, r = token); rows past g·q_len are
@@ -127,36 +128,53 @@ __device__ __forceinline__ void load_paged_kv(uint16_t* K_tile, uint16_t* V_tile
     }
 }
 
-/// Two e4m3 bytes (the low one first) as two T values packed in 32 bits, the low one first (exact,
-/// e4m3_value says why).
-template <class T>
-__device__ __forceinline__ uint32_t e4m3x2_to(uint32_t two) {
+/// Two e4m3 bytes (the low one first) as two fp16 values packed in 32 bits, the low one first: one
+/// conversion instruction (cvt.rn.f16x2.e4m3x2), and exact (e4m3_value says why).
+__device__ __forceinline__ uint32_t e4m3x2_to_half2(uint32_t two) {
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xFFFFu), __NV_E4M3);
-    if constexpr (std::is_same_v<T, __half>) return uint32_t(h.x) | uint32_t(h.y) << 16;
-    return tc::pack2<T>(tc::bits_to_float<__half>(h.x), tc::bits_to_float<__half>(h.y));
+    return uint32_t(h.x) | uint32_t(h.y) << 16;
 }
 
-/// Step 6: K_j and V_j, staged as the cache stores them (2·B_c rows of D e4m3 bytes, swizzled as
-/// load_tile stores rows of D/2 16-bit words), converted to T into `tile`, in the swizzled layout
-/// chapter 7's ldmatrix reads. Shared memory, not registers, because mma.sync's B fragments come
-/// from ldmatrix over 16-bit rows (V transposed): converting after ldmatrix would need a transpose
-/// of 8-bit fragments, which chapter 7's tile does not have. The scales are not applied here: they
-/// are one fp32 multiply per row elsewhere, and the conversion itself is exact. Thread x converts
-/// 16-byte chunks x, x + threads, …: 16 elements in, two chunks of 8 out.
-template <class T, class Cfg>
-__device__ __forceinline__ void dequantize_kv(uint16_t* tile, const uint16_t* staged) {
+/// Step 6: the warp's own keys of K_j and V_j (rows 16w .. 16w + 15 of each), staged as the cache
+/// stores them (rows of D e4m3 bytes, swizzled as load_tile stores rows of D/2 16-bit words),
+/// converted to fp16 into the same rows of `tile`, in the swizzled layout chapter 7's ldmatrix
+/// reads. Only the warp reads those rows, so a __syncwarp, not a block barrier, orders the
+/// conversion before the reads. Shared memory, not registers, because mma.sync's B fragments come
+/// from ldmatrix over 16-bit rows (V transposed): converting after ldmatrix would need a transpose of
+/// 8-bit fragments, which chapter 7's tile does not have. Always fp16, whatever T: e4m3 → fp16 is
+/// one instruction per pair, e4m3 → bf16 four (through fp16 and fp32). The scales are not applied
+/// here: they are one fp32 multiply per row elsewhere. Lane l converts 16-byte chunks l, l + 32, …
+/// of the warp's 32 rows: 16 elements in, two chunks of 8 out.
+template <class Cfg>
+__device__ __forceinline__ void dequantize_warp_kv(uint16_t* tile, const uint16_t* staged, int warp, int lane) {
     constexpr int kWords = Cfg::kRowWords, kChunks = kWords / 8;
-    static_assert(2 * Cfg::Bc * kChunks % Cfg::kThreads == 0, "dequantize_kv: whole passes");
+    static_assert(2 * kWarpKeys * kChunks % 32 == 0, "dequantize_warp_kv: whole passes");
     #pragma unroll
-    for (int x = int(threadIdx.x); x < 2 * Cfg::Bc * kChunks; x += Cfg::kThreads) {
-        const int r = x / kChunks, c = 8 * (x % kChunks);  // row r (V from B_c on), words c .. c + 7
+    for (int x = lane; x < 2 * kWarpKeys * kChunks; x += 32) {
+        const int i = x / kChunks, c = 8 * (x % kChunks);  // the warp's row i (V from kWarpKeys on)
+        const int r = (i < kWarpKeys ? 0 : Cfg::Bc - kWarpKeys) + kWarpKeys * warp + i;  // row of the tile
         const uint4 in = tc::ld_shared(reinterpret_cast<const uint4*>(staged + tc::swizzle(r, c, kWords)));
-        const uint4 lo = make_uint4(e4m3x2_to<T>(in.x), e4m3x2_to<T>(in.x >> 16), e4m3x2_to<T>(in.y),
-                                    e4m3x2_to<T>(in.y >> 16));
-        const uint4 hi = make_uint4(e4m3x2_to<T>(in.z), e4m3x2_to<T>(in.z >> 16), e4m3x2_to<T>(in.w),
-                                    e4m3x2_to<T>(in.w >> 16));
+        const uint4 lo = make_uint4(e4m3x2_to_half2(in.x), e4m3x2_to_half2(in.x >> 16), e4m3x2_to_half2(in.y),
+                                    e4m3x2_to_half2(in.y >> 16));
+        const uint4 hi = make_uint4(e4m3x2_to_half2(in.z), e4m3x2_to_half2(in.z >> 16), e4m3x2_to_half2(in.w),
+                                    e4m3x2_to_half2(in.w >> 16));
         tc::st_shared(reinterpret_cast<uint4*>(tile + tc::swizzle(r, 2 * c, Cfg::D)), lo);
         tc::st_shared(reinterpret_cast<uint4*>(tile + tc::swizzle(r, 2 * c + 8, Cfg::D)), hi);
+    }
+    __syncwarp();
+}
+
+/// Step 6 with bf16 inputs: the Q tile (16 rows of D) rewritten in place as fp16, so that the
+/// products run in fp16 like the K/V tiles they meet. Exact for |q| in fp16's normal range
+/// (2⁻¹⁴ … 65504): bf16's 8 significant bits fit in fp16's 11 (the host refuses larger Q).
+template <class Cfg>
+__device__ __forceinline__ void q_to_half(uint16_t* Qs) {
+    constexpr int kPairs = kQRows * Cfg::D / 2;
+    for (int x = int(threadIdx.x); x < kPairs; x += Cfg::kThreads) {
+        uint32_t* two = reinterpret_cast<uint32_t*>(Qs) + x;
+        const uint32_t b = tc::ld_shared(two);
+        tc::st_shared(two, tc::pack2<__half>(tc::bits_to_float<__nv_bfloat16>(uint16_t(b & 0xFFFFu)),
+                                             tc::bits_to_float<__nv_bfloat16>(uint16_t(b >> 16))));
     }
 }
 
@@ -332,6 +350,7 @@ template <class T, class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParams p) {
 #if FA_TC_SM80
     using W = typename Cfg::WarpTile;
+    using TM = std::conditional_t<Cfg::kFp8, __half, T>;  // the products' type (step 6: fp16)
     constexpr int D = Cfg::D, Bc = Cfg::Bc, kStages = Cfg::kStages, kThreads = Cfg::kThreads;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     uint16_t* Qs = reinterpret_cast<uint16_t*>(smem_raw);
@@ -378,7 +397,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
     ch7::QFrags<W> q;
 
     // step 6: S = Q (s_K K8)^T = s_K (Q K8^T), so s_K joins the softmax scale; O = P̃ (s_V V8) =
-    // s_V (P̃ V8), so s_V multiplies the output (write_row). The products see e4m3 values only.
+    // s_V (P̃ V8), so s_V multiplies the output (write_row). The products see e4m3 values only, in
+    // fp16, and P̃ is rounded to fp16 before P̃·V8.
     float scale = p.scale, scale_log2 = p.scale_log2, v_scale = 1.0f;
     if constexpr (Cfg::kFp8) {
         const std::size_t head = std::size_t(b) * p.H_kv + h_kv;
@@ -403,26 +423,31 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_kernel(const DecodeParam
         __syncthreads();
         if (j + kStages - 1 < Tc) load_kv(j + kStages - 1);
         tc::cp_async_commit();  // an empty group past the end keeps the count uniform
-        if (j == 0) ch7::load_q_frags<W>(q, Qs, 0, lane);  // Q fragments stay in registers
-        const uint16_t* KV_j = K_stage(j);
-        if constexpr (Cfg::kFp8) {  // step 6: tile j to 16 bits; the barrier: converted before read
-            dequantize_kv<T, Cfg>(KV16, KV_j);
-            __syncthreads();
-            KV_j = KV16;
+        if (j == 0) {
+            if constexpr (Cfg::kFp8 && !std::is_same_v<T, __half>) {  // step 6: Q to fp16, once
+                q_to_half<Cfg>(Qs);
+                __syncthreads();
+            }
+            ch7::load_q_frags<W>(q, Qs, 0, lane);  // Q fragments stay in registers
         }
+        const uint16_t* KV_j = K_stage(j);
         const int k0 = key_begin + j * Bc + kWarpKeys * warp;  // the warp's first key
         if (k0 >= key_end) continue;                             // the warp's keys are past the split
+        if constexpr (Cfg::kFp8) {  // step 6: the warp's rows of tile j to fp16
+            dequantize_warp_kv<Cfg>(KV16, KV_j, warp, lane);
+            KV_j = KV16;
+        }
         const uint16_t* Ks = KV_j + kWarpKeys * warp * D;
         const uint16_t* Vs = KV_j + Bc * D + kWarpKeys * warp * D;
 
         float S[1][W::Bc / 8][4];
-        ch7::scores<T, W>(S, Qs, q, Ks, 0, lane);                                   // line 8
+        ch7::scores<TM, W>(S, Qs, q, Ks, 0, lane);                                  // line 8
         if (k0 + kWarpKeys > key_end || k0 + kWarpKeys > key_limit(len, p.q_len, 0))  // edge keys only
             mask_keys<W>(S, k0, key_end, len, p.q_len, r0, rows, lane);
         ch7::online_softmax<W>(S, st, O, scale, scale_log2);                        // lines 9–10
         uint32_t P[1][W::Bc / 16][4];
-        ch7::pack_p<T, W>(P, S);
-        ch7::accumulate_pv<T, W>(O, P, Vs, lane);                                   // line 10
+        ch7::pack_p<TM, W>(P, S);
+        ch7::accumulate_pv<TM, W>(O, P, Vs, lane);                                  // line 10
     }
 
     // The warps' states meet in shared memory: the K/V buffers are free once every warp is past

@@ -21,7 +21,7 @@ constexpr int kWarpKeys = 16;
 /// (chapter 7's cp.async pipeline). `EarlyPrefetch` (step 5): L2 prefetches of the block's first
 /// reads before it reads its sequence's length (prefetch_first_reads). `Fp8` (step 6): the cache
 /// holds e4m3 bytes; the `Stages` buffers hold them as stored, and one more 16-bit K/V tile holds
-/// the tile being used, converted (dequantize_kv).
+/// the tile being used, each warp converting its own keys to fp16 (dequantize_warp_kv).
 template <int D_, int Warps, int Stages, bool Paged, bool EarlyPrefetch = false, bool Fp8 = false>
 struct DecodeConfig {
     static constexpr int D = D_;
