@@ -281,8 +281,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     using namespace tc::hopper;
     constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kStages = Cfg::kStages;
     extern __shared__ unsigned char smem_raw[];
-    uint16_t* Qs = reinterpret_cast<uint16_t*>((reinterpret_cast<std::uintptr_t>(smem_raw) + kAtomBytes - 1) &
-                                               ~std::uintptr_t(kAtomBytes - 1));
+    uint16_t* Qs = reinterpret_cast<uint16_t*>(align_shared<kAtomBytes>(smem_raw));
     uint16_t* KVs = Qs + Br * D;  // stage s: K at KVs + s·2·B_c·D, V right after it
     uint64_t* full = reinterpret_cast<uint64_t*>(KVs + kStages * 2 * Bc * D);  // steps 2–6: K_j, V_j landed
     uint64_t* empty = full + kStages;                                           // steps 3–6: consumers done
