@@ -81,9 +81,10 @@ struct AttnShape {
 /// Empty when the shape's K/V heads are valid (H_kv ≥ 0 dividing H, N_k ≥ 0; 0 means H, N);
 /// otherwise why not, in one line for an error message.
 inline std::string kv_shape_error(const AttnShape& s) {
-    if (s.N_k < 0 || s.H_kv < 0 || s.H_kv > s.H || (s.H_kv > 0 && s.H % s.H_kv != 0))
-        return "--kv-heads " + std::to_string(s.kv_heads()) + " with --heads " + std::to_string(s.H) + ", --seq-k " +
-               std::to_string(s.keys()) + ": K/V heads must divide the query heads (H % H_kv == 0) and N_k >= 1";
+    if (s.H_kv < 0 || s.H_kv > s.H || (s.H_kv > 0 && s.H % s.H_kv != 0))
+        return "--kv-heads " + std::to_string(s.H_kv) + " does not divide --heads " + std::to_string(s.H) +
+               ": each K/V head serves H / H_kv query heads";
+    if (s.N_k < 0) return "--seq-k " + std::to_string(s.N_k) + ": keys per head must be >= 1 (0: as many as queries)";
     return "";
 }
 

@@ -159,6 +159,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_forward_kernel(const F
         pack_p<T, Cfg>(P, S);
         accumulate_pv<T, Cfg>(O, P, Vs, lane);                              // line 10
     }
+    // step 4: no copy in flight when the block ends (a block whose rows see no key, Tc = 0, never
+    // waited for its Q_i)
+    if constexpr (Cfg::kCpAsync) tc::cp_async_wait<0>();
     store_rows<T, Cfg>(O, st, p.O + head * D, p.L + head, wq0, p.N, p.scale, lane);  // lines 12–15
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch (device_unsupported_reason)

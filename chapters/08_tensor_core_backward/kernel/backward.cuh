@@ -244,12 +244,13 @@ struct GroupTiles {
 
 /// The tiles of the block of keys k0.. of K/V head (blockIdx.z, blockIdx.y), query tiles of B_r
 /// rows. Line 8, causal: the first query that sees key k0 is k0 − (N_k − N) (bottom-right), so the
-/// query tiles that end before it see none of the block's keys; past N no query sees them at all.
+/// query tiles that end before it see none of the block's keys (the last query sees every key, so
+/// at least one tile remains).
 __device__ __forceinline__ GroupTiles group_tiles(const BwdParams& p, int k0, int Br) {
     GroupTiles g;
     g.bh0 = (long long)blockIdx.z * p.H + (long long)blockIdx.y * p.group;
     const int Tr = fa::ceil_div(p.N, Br);
-    g.i_begin = p.causal ? tc::min_int(Tr, tc::max_int(0, k0 - (p.N_k - p.N)) / Br) : 0;
+    g.i_begin = p.causal ? tc::max_int(0, k0 - (p.N_k - p.N)) / Br : 0;
     g.per_head = Tr - g.i_begin;
     g.count = p.group * g.per_head;
     return g;
@@ -260,6 +261,31 @@ __device__ __forceinline__ std::size_t kv_head_offset(const BwdParams& p, int D)
     return (std::size_t(blockIdx.z) * std::size_t(p.H / p.group) + blockIdx.y) * std::size_t(p.N_k) * D;
 }
 
+/// Line 6 of a dK/dV block: K_j, V_j (keys k0.. of its K/V head) into Ks, Vs.
+template <class Cfg, bool kSwizzled, tc::Copy kCopy>
+__device__ __forceinline__ void load_kv_block(uint16_t* Ks, uint16_t* Vs, const BwdParams& p, int k0) {
+    const std::size_t kv_head = kv_head_offset(p, Cfg::D);
+    tc::load_tile<Cfg::Bc, Cfg::D, Cfg::kThreads, kSwizzled, kCopy>(Ks, p.K + kv_head, k0, p.N_k);
+    tc::load_tile<Cfg::Bc, Cfg::D, Cfg::kThreads, kSwizzled, kCopy>(Vs, p.V + kv_head, k0, p.N_k);
+}
+
+/// Line 9 of a dK/dV block for tile t: Q_i, dO_i, L2_i, D_i of query tile tiles.i(t) of head
+/// tiles.bh(t), into stage t % Stages (Q_i at QdO + s·2·B_r·D, dO_i after it; L2 at LD + 2·s·B_r,
+/// D_i after it).
+template <class Cfg, bool kSwizzled, tc::Copy kCopy>
+__device__ __forceinline__ void load_query_tile(uint16_t* QdO, float* LD, const BwdParams& p, const GroupTiles& tiles,
+                                                int t) {
+    constexpr int Br = Cfg::Br, D = Cfg::D, kThreads = Cfg::kThreads;
+    const long long bh = tiles.bh(t);
+    const int i = tiles.i(t);
+    uint16_t* Qs = QdO + (t % Cfg::kStages) * 2 * Br * D;
+    float* Ls = LD + (t % Cfg::kStages) * 2 * Br;
+    tc::load_tile<Br, D, kThreads, kSwizzled, kCopy>(Qs, p.Q + bh * p.N * D, i * Br, p.N);
+    tc::load_tile<Br, D, kThreads, kSwizzled, kCopy>(Qs + Br * D, p.dO + bh * p.N * D, i * Br, p.N);
+    load_row_vector<kCopy>(Ls, p.L2 + bh * p.Npad + i * Br, Br, 0);
+    load_row_vector<kCopy>(Ls + Br, p.Di + bh * p.Npad + i * Br, Br, Br / 4);
+}
+
 #endif  // FA_TC_SM80
 
 /// Lines 5–19 for one K_j, V_j (block x of K/V head (z, y)): dK_j and dV_j, summed over the query
@@ -268,7 +294,6 @@ template <class T, class Cfg, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const BwdParams p) {
 #if FA_TC_SM80
     constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, Sub = Cfg::kSub, kStages = Cfg::kStages;
-    constexpr int kThreads = Cfg::kThreads;
     using W = typename Cfg::Warp;
     constexpr bool kSwizzled = Cfg::kLdmatrix;                                        // step 2: swizzle
     constexpr tc::Copy kCopy = Cfg::kCpAsync ? tc::Copy::kAsync : tc::Copy::kSync;  // step 3: cp.async
@@ -284,22 +309,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const BwdParams 
     const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
     const int k0 = int(blockIdx.x) * Bc, wk = 16 * warp, wk0 = k0 + wk;  // block's and warp's first key
     const int diag = p.N_k - p.N;  // query q sees keys up to q + diag (causal, bottom-right)
-    const std::size_t kv_head = kv_head_offset(p, D);
     const GroupTiles tiles = group_tiles(p, k0, Br);
-
-    auto load_q = [&](int t) {  // line 9: Q_i, dO_i, L_i, D_i of tile t (query tile i of head bh)
-        const long long bh = tiles.bh(t);
-        const int i = tiles.i(t);
-        uint16_t* Qs = QdO + (t % kStages) * 2 * Br * D;
-        float* Ls = LD + (t % kStages) * 2 * Br;
-        tc::load_tile<Br, D, kThreads, kSwizzled, kCopy>(Qs, p.Q + bh * p.N * D, i * Br, p.N);
-        tc::load_tile<Br, D, kThreads, kSwizzled, kCopy>(Qs + Br * D, p.dO + bh * p.N * D, i * Br, p.N);
-        load_row_vector<kCopy>(Ls, p.L2 + bh * p.Npad + i * Br, Br, 0);
-        load_row_vector<kCopy>(Ls + Br, p.Di + bh * p.Npad + i * Br, Br, Br / 4);
-    };
-    // line 6: K_j, V_j (with cp.async in the group of the first Q_i)
-    tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(Ks, p.K + kv_head, k0, p.N_k);
-    tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(Vs, p.V + kv_head, k0, p.N_k);
+    auto load_q = [&](int t) { load_query_tile<Cfg, kSwizzled, kCopy>(QdO, LD, p, tiles, t); };  // line 9
+    load_kv_block<Cfg, kSwizzled, kCopy>(Ks, Vs, p, k0);  // line 6 (with cp.async in the group of the first Q_i)
     if constexpr (Cfg::kCpAsync) {  // step 3: tiles in flight before the loop
         #pragma unroll
         for (int s = 0; s < kStages - 1; ++s) {
@@ -369,8 +381,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const BwdParams 
         }
     }
     // lines 17–18: dK_j (times the softmax scale, which S carried), dV_j
-    store_acc<T, D>(p.dK + kv_head, dK, p.scale, wk0, p.N_k, lane);
-    store_acc<T, D>(p.dV + kv_head, dV, 1.0f, wk0, p.N_k, lane);
+    store_acc<T, D>(p.dK + kv_head_offset(p, D), dK, p.scale, wk0, p.N_k, lane);
+    store_acc<T, D>(p.dV + kv_head_offset(p, D), dV, 1.0f, wk0, p.N_k, lane);
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch
 #endif
@@ -456,6 +468,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const BwdParams p)
         ch7::pack_p<T, W>(dSa, dP);
         ch7::accumulate_pv<T, W>(dQ, dSa, Ks, lane);  // line 15: dQ_i += dS K_j
     }
+    // step 3: no copy in flight when the block ends (rows that see no key: Q_i, dO_i never waited for)
+    if constexpr (Cfg::kCpAsync) tc::cp_async_wait<0>();
     store_acc<T, D>(p.dQ + head * D, dQ, p.scale, wq0, p.N, lane);
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch

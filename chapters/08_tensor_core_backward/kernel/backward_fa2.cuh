@@ -94,7 +94,6 @@ template <class T, class Cfg, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdParams p) {
 #if FA_TC_SM80
     constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, Sub = Cfg::kSub, SSub = Cfg::kSSub, kStages = Cfg::kStages;
-    constexpr int kThreads = Cfg::kThreads;
     using W = typename Cfg::Warp;         // dPᵀ: 32 keys × Sub queries
     using WS = typename Cfg::WarpS;       // Sᵀ: 32 keys × SSub queries
     using Slice = typename Cfg::Slice;
@@ -113,22 +112,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdPar
     const int wq = qw * Cfg::kWarpQueries;                             // warp's first query of a tile (lines 10–14)
     const int dd0 = qw * Cfg::kWarpCols / 16;                          // its first 16-column pair of dK_j, dV_j
     const int diag = p.N_k - p.N;  // query q sees keys up to q + diag (causal, bottom-right)
-    const std::size_t kv_head = kv_head_offset(p, D);
     const GroupTiles tiles = group_tiles(p, k0, Br);
-
-    auto load_q = [&](int t) {  // line 9: Q_i, dO_i, L_i, D_i of tile t (query tile i of head bh)
-        const long long bh = tiles.bh(t);
-        const int i = tiles.i(t);
-        uint16_t* Qs = QdO + (t % kStages) * 2 * Br * D;
-        float* Ls = LD + (t % kStages) * 2 * Br;
-        tc::load_tile<Br, D, kThreads, true, kCopy>(Qs, p.Q + bh * p.N * D, i * Br, p.N);
-        tc::load_tile<Br, D, kThreads, true, kCopy>(Qs + Br * D, p.dO + bh * p.N * D, i * Br, p.N);
-        load_row_vector<kCopy>(Ls, p.L2 + bh * p.Npad + i * Br, Br, 0);
-        load_row_vector<kCopy>(Ls + Br, p.Di + bh * p.Npad + i * Br, Br, Br / 4);
-    };
-    // line 6: K_j, V_j, in the cp.async group of the first Q_i
-    tc::load_tile<Bc, D, kThreads, true, kCopy>(Ks, p.K + kv_head, k0, p.N_k);
-    tc::load_tile<Bc, D, kThreads, true, kCopy>(Vs, p.V + kv_head, k0, p.N_k);
+    auto load_q = [&](int t) { load_query_tile<Cfg, true, kCopy>(QdO, LD, p, tiles, t); };  // line 9
+    load_kv_block<Cfg, true, kCopy>(Ks, Vs, p, k0);  // line 6, in the cp.async group of the first Q_i
     #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
         if (s < tiles.count) load_q(s);
@@ -206,8 +192,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdPar
         accumulate_cols<T, Cfg>(dK, dSt, Qs, wk, dd0, lane);  // line 16: dK_j += dSᵀ Q_i
     }
     // lines 17–18: the warp's 32 keys × kWarpCols columns of dK_j (times the softmax scale) and dV_j
-    store_acc<T, D>(p.dK + kv_head, dK, p.scale, wk0, p.N_k, lane, 16 * dd0);
-    store_acc<T, D>(p.dV + kv_head, dV, 1.0f, wk0, p.N_k, lane, 16 * dd0);
+    store_acc<T, D>(p.dK + kv_head_offset(p, D), dK, p.scale, wk0, p.N_k, lane, 16 * dd0);
+    store_acc<T, D>(p.dV + kv_head_offset(p, D), dV, 1.0f, wk0, p.N_k, lane, 16 * dd0);
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch
 #endif
