@@ -37,20 +37,21 @@ struct AttnProblem {
     std::vector<float> Q, K, V;
 };
 
-/// Random Q, K, V, each entry magnitude·N(0.5, 1): seeded, and off zero mean so that O (a weighted
-/// mean of V rows) stays away from zero and relative errors mean something.
+/// Random Q (B, H, N, D), K and V (B, H_kv, N_k, D), each entry magnitude·N(0.5, 1): seeded, and
+/// off zero mean so that O (a weighted mean of V rows) stays away from zero and relative errors
+/// mean something.
 inline AttnProblem make_problem(const AttnShape& s, std::uint64_t seed, double magnitude = 1.0) {
     AttnProblem p;
     p.shape = s;
     p.Q = random_normal(s.elements(), seed * 3 + 0, 0.5 * magnitude, magnitude);
-    p.K = random_normal(s.elements(), seed * 3 + 1, 0.5 * magnitude, magnitude);
-    p.V = random_normal(s.elements(), seed * 3 + 2, 0.5 * magnitude, magnitude);
+    p.K = random_normal(s.kv_elements(), seed * 3 + 1, 0.5 * magnitude, magnitude);
+    p.V = random_normal(s.kv_elements(), seed * 3 + 2, 0.5 * magnitude, magnitude);
     return p;
 }
 
 /// The shape the command line asks for.
 inline AttnShape shape_from_args(const AttentionArgs& a) {
-    return make_shape(a.batch, a.heads, a.seq, a.dim, a.causal, a.scale);
+    return with_kv(make_shape(a.batch, a.heads, a.seq, a.dim, a.causal, a.scale), a.seq_k, a.kv_heads);
 }
 
 /// Throws "PATH: entry I is nan; ..." for the first NaN or Inf of `v` (inputs must be finite).
@@ -110,10 +111,11 @@ struct HostArrays {
     const char* what;
 };
 
-/// Host bytes of `host` for shape s, with a float per row (L) for each array and 64 MiB for the
-/// program itself.
+/// Host bytes of `host` for shape s, each array as large as the larger of Q and K, with a float per
+/// row (L) for each array and 64 MiB for the program itself.
 inline double host_bytes(const AttnShape& s, HostArrays host) {
-    return host.arrays * (double(s.elements()) + double(s.rows())) * sizeof(float) + 64.0 * (1 << 20);
+    const double elements = double(std::max(s.elements(), s.kv_elements()));
+    return host.arrays * (elements + double(s.rows())) * sizeof(float) + 64.0 * (1 << 20);
 }
 
 /// The problem's shape as the command line asks: with --load-npy, from the files' headers alone
@@ -158,7 +160,13 @@ inline AttnProblem problem_from_args(const Cli& cli, AttentionArgs& a, const Run
     return p;
 }
 
-/// Writes q, k, v, o (B, H, N, D) and l (B, H, N) as .npy files into `dir` (which must exist).
+/// (B, H_kv, N_k, D): the .npy shape of K, V, dK, dV.
+inline std::vector<std::size_t> kv_npy_shape(const AttnShape& s) {
+    return {std::size_t(s.B), std::size_t(s.kv_heads()), std::size_t(s.keys()), std::size_t(s.D)};
+}
+
+/// Writes q, o (B, H, N, D), k, v (B, H_kv, N_k, D) and l (B, H, N) as .npy files into `dir`
+/// (which must exist).
 inline void save_forward_npy(const std::string& dir, const AttnProblem& p, const std::vector<float>& O,
                              const std::vector<float>& L) {
     const AttnShape& s = p.shape;
@@ -166,8 +174,8 @@ inline void save_forward_npy(const std::string& dir, const AttnProblem& p, const
     const std::vector<std::size_t> t3 = {std::size_t(s.B), std::size_t(s.H), std::size_t(s.N)};
     try {
         write_npy(dir + "/q.npy", p.Q.data(), t4);
-        write_npy(dir + "/k.npy", p.K.data(), t4);
-        write_npy(dir + "/v.npy", p.V.data(), t4);
+        write_npy(dir + "/k.npy", p.K.data(), kv_npy_shape(s));
+        write_npy(dir + "/v.npy", p.V.data(), kv_npy_shape(s));
         write_npy(dir + "/o.npy", O.data(), t4);
         write_npy(dir + "/l.npy", L.data(), t3);
     } catch (const std::exception& e) {
@@ -177,7 +185,7 @@ inline void save_forward_npy(const std::string& dir, const AttnProblem& p, const
     std::printf("saved q, k, v, o, l (.npy) to %s\n", dir.c_str());
 }
 
-/// save_forward_npy, and the backward's do, dq, dk, dv (B, H, N, D) beside them.
+/// save_forward_npy, and the backward's do, dq (B, H, N, D), dk, dv (B, H_kv, N_k, D) beside them.
 inline void save_backward_npy(const std::string& dir, const AttnProblem& p, const std::vector<float>& O,
                               const std::vector<float>& L, const std::vector<float>& dO, const std::vector<float>& dQ,
                               const std::vector<float>& dK, const std::vector<float>& dV) {
@@ -187,8 +195,8 @@ inline void save_backward_npy(const std::string& dir, const AttnProblem& p, cons
     try {
         write_npy(dir + "/do.npy", dO.data(), t4);
         write_npy(dir + "/dq.npy", dQ.data(), t4);
-        write_npy(dir + "/dk.npy", dK.data(), t4);
-        write_npy(dir + "/dv.npy", dV.data(), t4);
+        write_npy(dir + "/dk.npy", dK.data(), kv_npy_shape(s));
+        write_npy(dir + "/dv.npy", dV.data(), kv_npy_shape(s));
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         std::exit(kExitFailed);
@@ -238,8 +246,17 @@ struct ForwardCheck {
     }
 };
 
+/// The finiteness scan of L (B,H,N): a row that sees no key holds −inf (reference.h), every other
+/// row a finite number.
+inline Validation check_L_written(const AttnShape& s, const float* L) {
+    std::vector<float> x(L, L + s.rows());
+    for (std::size_t r = 0; r < s.rows(); ++r)
+        if (int(r % std::size_t(s.N)) < s.rows_without_keys() && std::isinf(x[r]) && x[r] < 0) x[r] = 0;
+    return check_all_finite("L", x.data(), x.size(), contiguous(s.H, s.N, 1));
+}
+
 /// Checks O (B,H,N,D) and L (B,H,N) on sampled rows of every head against the float64 reference,
-/// and scans all of O and L for NaN/Inf.
+/// and scans all of O and L for NaN/Inf (check_L_written).
 inline ForwardCheck check_forward(const AttnProblem& p, const float* O, const float* L,
                                   Tolerance tol = kFp32Tolerance, int max_rows_per_head = 128) {
     const AttnShape& s = p.shape;
@@ -264,7 +281,7 @@ inline ForwardCheck check_forward(const AttnProblem& p, const float* O, const fl
     ForwardCheck c{validate("O", gotO.data(), refO.data(), gotO.size(), tol, where(D)),
                    validate("L", gotL.data(), refL.data(), gotL.size(), tol, where(1))};
     add_finite_scan(c.O, check_all_finite("O", O, s.elements(), contiguous(s.H, s.N, s.D)));
-    add_finite_scan(c.L, check_all_finite("L", L, s.rows(), contiguous(s.H, s.N, 1)));
+    add_finite_scan(c.L, check_L_written(s, L));
     return c;
 }
 

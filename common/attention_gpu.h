@@ -50,7 +50,8 @@ struct DeviceAttention {
 
 /// Device bytes of Q, K, V, O (elem_bytes each) and L (float).
 inline double forward_io_bytes(const AttnShape& s, std::size_t elem_bytes) {
-    return 4.0 * double(s.elements()) * double(elem_bytes) + double(s.rows()) * sizeof(float);
+    return (2.0 * double(s.elements()) + 2.0 * double(s.kv_elements())) * double(elem_bytes) +
+           double(s.rows()) * sizeof(float);
 }
 
 /// What one run_forward call found.

@@ -381,6 +381,8 @@ struct AttentionArgs {
     int dim = 64;          ///< D (head dimension)
     bool causal = false;   ///< mask keys after the query
     double scale = 0.0;    ///< softmax scale; 0 means 1/sqrt(D)
+    int seq_k = 0;         ///< N_k, keys per head; 0 means N (add_cross_attention_options)
+    int kv_heads = 0;      ///< H_kv, K/V heads; 0 means H (add_cross_attention_options)
 };
 
 /// Registers --batch --heads --seq --dim --causal --scale. Upper bounds keep every tensor index in
@@ -392,6 +394,15 @@ inline void add_attention_options(Cli& cli, AttentionArgs& a) {
     cli.option("--dim", &a.dim, "head dimension D", 1, 1024);
     cli.flag("--causal", &a.causal, "causal mask: query i sees keys 0..i");
     cli.option("--scale", &a.scale, "softmax scale (0 = 1/sqrt(D))", 0.0, 1e6);
+}
+
+/// Registers --seq-k (N_k ≠ N: queries and keys of different lengths, the causal diagonal
+/// bottom-right) and --kv-heads (grouped-query attention, as chapter 10 spells it). Whether H_kv
+/// divides H is the program's check (after parsing, with the other shape checks).
+inline void add_cross_attention_options(Cli& cli, AttentionArgs& a) {
+    cli.option("--seq-k", &a.seq_k, "keys per head N_k (0 = N); causal: query i sees keys 0..i + N_k - N",
+               0, 1 << 20);
+    cli.option("--kv-heads", &a.kv_heads, "K/V heads H_kv dividing H (0 = H; 1 is MQA)", 0, 4096);
 }
 
 }  // namespace fa

@@ -7,7 +7,12 @@
 ///
 /// Conventions: a masked score is −inf and its probability 0. A softmax row whose entries are all
 /// −inf has no distribution; the course defines its result as all zeros (the same as a fully
-/// masked row in FlashAttention, where l = 0 leaves O = 0) and its logsumexp as −inf.
+/// masked row in FlashAttention, where l = 0 leaves O = 0) and its logsumexp as −inf, the log of
+/// an empty sum. An attention row that sees no key (causal with N > N_k: shape.h) is such a row:
+/// O_i = 0, L_i = −inf, and it adds nothing to any gradient (dQ_i = 0).
+///
+/// Shapes: Q, O, dQ, dO have H heads of N rows, K, V, dK, dV have H_kv heads of N_k rows (shape.h);
+/// dK and dV of a K/V head sum over the query heads that read it (grouped-query attention).
 #pragma once
 
 #include <cmath>
@@ -45,43 +50,48 @@ inline void softmax_reference(const float* x, double* y, std::size_t rows, std::
     }
 }
 
-/// Offset of head `bh` (= b·H + h) in a Q/K/V/O array.
+/// Offset of query head `bh` (= b·H + h) in a Q/O array.
 inline std::size_t head_offset(const AttnShape& s, std::size_t bh) {
     return bh * std::size_t(s.N) * std::size_t(s.D);
 }
 
+/// Offset of K/V head `bkv` (= b·H_kv + g) in a K/V array.
+inline std::size_t kv_offset(const AttnShape& s, std::size_t bkv) {
+    return bkv * std::size_t(s.keys()) * std::size_t(s.D);
+}
+
 /// One query row i of head bh: O_i (D values) and L_i; optionally the score row S_i and the
-/// probability row P_i (N values each, −inf and 0 where masked). Any output pointer may be null.
+/// probability row P_i (N_k values each, −inf and 0 where masked). Any output pointer may be null.
 inline void attention_row_reference(const AttnShape& s, const float* Q, const float* K,
                                     const float* V, std::size_t bh, int i, double* O_row,
                                     double* L_row, double* S_row = nullptr,
                                     double* P_row = nullptr) {
-    const std::size_t D = std::size_t(s.D), base = head_offset(s, bh);
-    const float* q = Q + base + std::size_t(i) * D;
-    std::vector<double> S(std::size_t(s.N));
+    const std::size_t D = std::size_t(s.D), kv = kv_offset(s, s.kv_head_of(bh));
+    const float* q = Q + head_offset(s, bh) + std::size_t(i) * D;
+    std::vector<double> S(std::size_t(s.keys()));
     double m = -std::numeric_limits<double>::infinity();
-    for (int j = 0; j < s.N; ++j) {
+    for (int j = 0; j < s.keys(); ++j) {
         if (!s.visible(i, j)) {
             S[j] = -std::numeric_limits<double>::infinity();
             continue;
         }
-        const float* k = K + base + std::size_t(j) * D;
+        const float* k = K + kv + std::size_t(j) * D;
         double dot = 0;
         for (std::size_t d = 0; d < D; ++d) dot += double(q[d]) * double(k[d]);
         S[j] = dot * double(s.scale);
         m = std::fmax(m, S[j]);
     }
     double l = 0;
-    for (int j = 0; j < s.N; ++j) l += s.visible(i, j) ? std::exp(S[j] - m) : 0.0;
-    const double L = m + std::log(l);
+    for (int j = 0; j < s.keys(); ++j) l += s.visible(i, j) ? std::exp(S[j] - m) : 0.0;
+    const double L = m + std::log(l);  // no key visible: m = −inf, l = 0, L = −inf
     if (O_row)
         for (std::size_t d = 0; d < D; ++d) O_row[d] = 0;
-    for (int j = 0; j < s.N; ++j) {
+    for (int j = 0; j < s.keys(); ++j) {
         const double p = s.visible(i, j) ? std::exp(S[j] - L) : 0.0;
         if (S_row) S_row[j] = S[j];
         if (P_row) P_row[j] = p;
         if (O_row && p != 0) {
-            const float* v = V + base + std::size_t(j) * D;
+            const float* v = V + kv + std::size_t(j) * D;
             for (std::size_t d = 0; d < D; ++d) O_row[d] += p * double(v[d]);
         }
     }
@@ -125,9 +135,8 @@ inline void backward_entry_reference(const AttnShape& s, const float* Q, const f
     *P = 0;
     *dS = 0;
     if (!s.visible(i, j)) return;
-    const std::size_t D = std::size_t(s.D), base = head_offset(s, bh);
-    const float *q = Q + base + i * D, *k = K + base + j * D, *v = V + base + j * D,
-                *g = dO + base + i * D;
+    const std::size_t D = std::size_t(s.D), base = head_offset(s, bh), kv = kv_offset(s, s.kv_head_of(bh));
+    const float *q = Q + base + i * D, *k = K + kv + j * D, *v = V + kv + j * D, *g = dO + base + i * D;
     double dot = 0, dP = 0;
     for (std::size_t d = 0; d < D; ++d) {
         dot += double(q[d]) * double(k[d]);
@@ -142,43 +151,46 @@ inline void backward_entry_reference(const AttnShape& s, const float* Q, const f
 inline void dq_row_reference(const AttnShape& s, const float* Q, const float* K, const float* V,
                              const float* dO, const BackwardStats& st, std::size_t bh, int i,
                              double* dq) {
-    const std::size_t D = std::size_t(s.D), base = head_offset(s, bh);
+    const std::size_t D = std::size_t(s.D), kv = kv_offset(s, s.kv_head_of(bh));
     for (std::size_t d = 0; d < D; ++d) dq[d] = 0;
-    for (int j = 0; j < s.N; ++j) {
+    for (int j = 0; j < s.keys(); ++j) {
         double P, dS;
         backward_entry_reference(s, Q, K, V, dO, st, bh, i, j, &P, &dS);
-        const float* k = K + base + std::size_t(j) * D;
+        const float* k = K + kv + std::size_t(j) * D;
         for (std::size_t d = 0; d < D; ++d) dq[d] += dS * double(s.scale) * double(k[d]);
     }
 }
 
-/// dK_j = scale · Σ_i dS_ij Q_i and dV_j = Σ_i P_ij dO_i for key row j of head bh (D values each).
+/// dK_j = scale · Σ_i dS_ij Q_i and dV_j = Σ_i P_ij dO_i for key row j of K/V head bkv
+/// (= b·H_kv + g; D values each), the sums running over the rows of every query head that reads it.
 inline void dkdv_row_reference(const AttnShape& s, const float* Q, const float* K, const float* V,
-                               const float* dO, const BackwardStats& st, std::size_t bh, int j,
+                               const float* dO, const BackwardStats& st, std::size_t bkv, int j,
                                double* dk, double* dv) {
-    const std::size_t D = std::size_t(s.D), base = head_offset(s, bh);
+    const std::size_t D = std::size_t(s.D), G = std::size_t(s.group()), bh0 = s.first_query_head(bkv);
     for (std::size_t d = 0; d < D; ++d) dk[d] = dv[d] = 0;
-    for (int i = 0; i < s.N; ++i) {
-        double P, dS;
-        backward_entry_reference(s, Q, K, V, dO, st, bh, i, j, &P, &dS);
-        const float *q = Q + base + std::size_t(i) * D, *g = dO + base + std::size_t(i) * D;
-        for (std::size_t d = 0; d < D; ++d) {
-            dk[d] += dS * double(s.scale) * double(q[d]);
-            dv[d] += P * double(g[d]);
+    for (std::size_t bh = bh0; bh < bh0 + G; ++bh)
+        for (int i = 0; i < s.N; ++i) {
+            double P, dS;
+            backward_entry_reference(s, Q, K, V, dO, st, bh, i, j, &P, &dS);
+            const std::size_t base = head_offset(s, bh) + std::size_t(i) * D;
+            for (std::size_t d = 0; d < D; ++d) {
+                dk[d] += dS * double(s.scale) * double(Q[base + d]);
+                dv[d] += P * double(dO[base + d]);
+            }
         }
-    }
 }
 
-/// Full backward: dQ, dK, dV (each rows × D) for the upstream gradient dO, in float64.
+/// Full backward: dQ (rows × D), dK and dV (kv_rows × D) for the upstream gradient dO, in float64.
 inline void attention_backward_reference(const AttnShape& s, const float* Q, const float* K,
                                          const float* V, const float* dO, double* dQ, double* dK,
                                          double* dV) {
     const BackwardStats st = backward_stats_reference(s, Q, K, V, dO);
     parallel_for(s.rows(), [&](std::size_t r) {
-        const std::size_t bh = r / s.N;
-        const int n = int(r % s.N);
-        dq_row_reference(s, Q, K, V, dO, st, bh, n, dQ + r * s.D);
-        dkdv_row_reference(s, Q, K, V, dO, st, bh, n, dK + r * s.D, dV + r * s.D);
+        dq_row_reference(s, Q, K, V, dO, st, r / s.N, int(r % s.N), dQ + r * s.D);
+    });
+    parallel_for(s.kv_rows(), [&](std::size_t r) {
+        const std::size_t n = std::size_t(s.keys());
+        dkdv_row_reference(s, Q, K, V, dO, st, r / n, int(r % n), dK + r * s.D, dV + r * s.D);
     });
 }
 

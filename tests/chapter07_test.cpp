@@ -394,6 +394,128 @@ TEST_CASE("CPU mirror in 16 bits: the error of the 16-bit roundings and not of a
     }
 }
 
+// ---- queries and keys of different lengths, grouped heads --------------------------------------
+
+TEST_CASE("shape: the causal diagonal bottom-right when N != N_k, hand-checked", "[cpu][chapter7]") {
+    // N = 3 queries, N_k = 5 keys: row i sees keys 0..i + 2
+    //        keys 0 1 2 3 4
+    //   row 0     x x x . .
+    //   row 1     x x x x .
+    //   row 2     x x x x x
+    const fa::AttnShape wide = fa::with_kv(fa::make_shape(1, 1, 3, 64, true), 5, 0);
+    for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 5; ++j) CHECK(wide.visible(i, j) == (j <= i + 2));
+    CHECK(wide.rows_without_keys() == 0);
+    // N = 5 queries, N_k = 3 keys: row i sees keys 0..i − 2; rows 0 and 1 see none
+    //        keys 0 1 2
+    //   row 0     . . .
+    //   row 1     . . .
+    //   row 2     x . .
+    //   row 3     x x .
+    //   row 4     x x x
+    const fa::AttnShape tall = fa::with_kv(fa::make_shape(1, 1, 5, 64, true), 3, 0);
+    for (int i = 0; i < 5; ++i)
+        for (int j = 0; j < 3; ++j) CHECK(tall.visible(i, j) == (j <= i - 2));
+    CHECK(tall.rows_without_keys() == 2);
+    CHECK(fa::with_kv(tall, 3, 0).str() == "B=1 H=1 N=5 D=64 causal N_k=3");
+    // FLOPs: the visible area with the diagonal's cells at half: N = N_k keeps FlashAttention's N²/2
+    CHECK(fa::make_shape(1, 1, 8, 64, true).pairs() == 32.0);
+    CHECK(wide.pairs() == 3.0 * (10 - 3) / 2);  // 12 visible cells, 3 of them on the diagonal
+    CHECK(tall.pairs() == 3.0 * (6 - 3) / 2);   // 6 visible cells, 3 on the diagonal
+    CHECK(fa::with_kv(fa::make_shape(2, 4, 113, 64, false), 203, 1).flops_forward() == 4.0 * 8 * 113 * 203 * 64);
+    // grouped heads: query head h of batch b reads K/V head b·H_kv + h / (H / H_kv)
+    const fa::AttnShape gqa = fa::with_kv(fa::make_shape(2, 8, 4, 64, false), 0, 2);
+    CHECK(gqa.group() == 4);
+    CHECK(gqa.kv_head_of(3) == 0);
+    CHECK(gqa.kv_head_of(4) == 1);
+    CHECK(gqa.kv_head_of(8 + 5) == 3);
+    CHECK(gqa.kv_elements() == 2u * 2 * 4 * 64);
+    CHECK(fa::kv_shape_error(gqa).empty());
+    CHECK_THAT(fa::kv_shape_error(fa::with_kv(gqa, 0, 3)), Catch::Contains("does not divide"));
+    CHECK_THAT(unsupported_reason(kTuned, fa::with_kv(gqa, 0, 3)), Catch::Contains("does not divide"));
+    CHECK_THAT(unsupported_reason(kWmma, fa::with_kv(gqa, 5, 0)), Catch::Contains("kernel 1"));
+    CHECK(unsupported_reason(kMmaSync, fa::with_kv(gqa, 5, 1)).empty());
+}
+
+TEST_CASE("reference: N < N_k is the last N rows of a square problem, and a row that sees no key gives O = 0, "
+          "L = -inf", "[cpu][chapter7]") {
+    // bottom-right alignment: the N queries of (N, N_k) are the last N of a square problem of N_k
+    const fa::AttnShape square = fa::make_shape(1, 1, 9, 64, true), cross = fa::with_kv(fa::make_shape(1, 1, 4, 64, true), 9, 0);
+    const fa::AttnProblem ps = fa::make_problem(square, 2);
+    fa::AttnProblem pc = ps;
+    pc.shape = cross;
+    pc.Q.assign(ps.Q.end() - 4 * 64, ps.Q.end());
+    std::vector<double> Os(9 * 64), Ls(9), Oc(4 * 64), Lc(4);
+    fa::attention_forward_reference(square, ps.Q.data(), ps.K.data(), ps.V.data(), Os.data(), Ls.data());
+    fa::attention_forward_reference(cross, pc.Q.data(), pc.K.data(), pc.V.data(), Oc.data(), Lc.data());
+    for (int i = 0; i < 4; ++i) {
+        CHECK(Lc[i] == Ls[5 + i]);
+        for (int d = 0; d < 64; ++d) CHECK(Oc[i * 64 + d] == Os[(5 + i) * 64 + d]);
+    }
+    // N > N_k: the first N − N_k rows see no key; the check accepts exactly O = 0 and L = −inf there
+    const fa::AttnShape tall = fa::with_kv(fa::make_shape(1, 2, 6, 64, true), 2, 1);
+    const fa::AttnProblem pt = fa::make_problem(tall, 4);
+    std::vector<double> O(tall.elements()), L(tall.rows());
+    fa::attention_forward_reference(tall, pt.Q.data(), pt.K.data(), pt.V.data(), O.data(), L.data());
+    std::vector<float> Of(O.begin(), O.end()), Lf(L.begin(), L.end());
+    for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 6; ++i) {
+            CHECK(std::isinf(L[h * 6 + i]) == (i < 4));
+            CHECK((O[(h * 6 + i) * 64] == 0.0) == (i < 4));
+        }
+    CHECK(fa::check_forward(pt, Of.data(), Lf.data()).ok());
+    for (float bad : {0.0f, NAN, INFINITY}) {
+        std::vector<float> Lb = Lf;
+        Lb[6 + 1] = bad;  // head 1, row 1: sees no key
+        INFO("L = " << bad);
+        CHECK_FALSE(fa::check_forward(pt, Of.data(), Lb.data()).ok());
+    }
+    std::vector<float> Lb = Lf;
+    Lb[5] = -INFINITY;  // row 5 sees both keys: −inf is wrong there
+    CHECK_FALSE(fa::check_forward(pt, Of.data(), Lb.data()).ok());
+}
+
+TEST_CASE("reference: grouped-query attention equals attention with K/V heads repeated", "[cpu][chapter7]") {
+    for (bool causal : {false, true}) {
+        const fa::AttnShape gqa = fa::with_kv(fa::make_shape(2, 4, 7, 32, causal), 11, 2);
+        const fa::AttnProblem p = fa::make_problem(gqa, 6);
+        fa::AttnProblem rep = p;
+        rep.shape = fa::with_kv(gqa, 11, 0);
+        rep.K.clear(), rep.V.clear();
+        for (std::size_t bh = 0; bh < gqa.heads_total(); ++bh) {  // K/V head of each query head, in order
+            const std::size_t at = fa::kv_offset(gqa, gqa.kv_head_of(bh)), n = std::size_t(11 * 32);
+            rep.K.insert(rep.K.end(), p.K.begin() + at, p.K.begin() + at + n);
+            rep.V.insert(rep.V.end(), p.V.begin() + at, p.V.begin() + at + n);
+        }
+        std::vector<double> O(gqa.elements()), L(gqa.rows()), Or(gqa.elements()), Lr(gqa.rows());
+        fa::attention_forward_reference(gqa, p.Q.data(), p.K.data(), p.V.data(), O.data(), L.data());
+        fa::attention_forward_reference(rep.shape, rep.Q.data(), rep.K.data(), rep.V.data(), Or.data(), Lr.data());
+        CHECK(O == Or);
+        CHECK(L == Lr);
+    }
+}
+
+TEST_CASE("CPU mirror without rounding equals the float64 reference when N != N_k and with grouped heads",
+          "[cpu][chapter7]") {
+    for (bool causal : {false, true})
+        for (auto [N, N_k] : std::vector<std::pair<int, int>>{{113, 203}, {97, 1}, {200, 77}, {1, 97}})
+            for (int Bc : {16, 64}) {
+                const fa::AttnShape s = fa::with_kv(fa::make_shape(1, 4, N, 64, causal), N_k, 2);
+                const fa::AttnProblem p = fa::make_problem(s, 3);
+                std::vector<float> O(s.elements()), L(s.rows());
+                for (std::size_t bh = 0; bh < s.heads_total(); ++bh)
+                    for (int i0 = 0; i0 < N; i0 += 64) {
+                        const std::size_t r = bh * N + i0;
+                        mirror_rows<float>(s, p.Q.data(), p.K.data(), p.V.data(), bh, i0, std::min(N, i0 + 64), Bc,
+                                           &O[r * 64], &L[r]);
+                    }
+                INFO(s.str() << " B_c " << Bc);
+                const fa::ForwardCheck c = fa::check_forward(p, O.data(), L.data());
+                CHECK_ACCURATE(c.O, 1e-5);
+                CHECK_ACCURATE(c.L, 1e-5);
+            }
+}
+
 TEST_CASE("the 2x rule: passes within twice the mirror's error and fails beyond it and never passes NaN", "[cpu][chapter7]") {
     auto validation = [](double max_abs, double rel_l2, std::size_t nonfinite = 0) {
         fa::Validation v;
@@ -432,6 +554,17 @@ TEST_CASE("emulated kernels: every tile candidate of variant 6 passes the 2x rul
         for (int c = 0; c < int(tuning_candidates(D).size()); ++c) kernels.push_back({kTuned, c});
         check_emulated_on<__nv_bfloat16>({fa::make_shape(1, 1, 150, D, true)}, kernels);
     }
+}
+
+TEST_CASE("emulated kernels: N != N_k with the diagonal bottom-right, grouped heads, rows that see no key",
+          "[cpu][chapter7][v6]") {
+    // a few small shapes (the emulator is slow); cross_grid's full list runs on a GPU
+    // 299 rows see no key: whole blocks (B_r ≤ 128) run no key tile at all, others a few rows
+    const fa::AttnShape no_keys = fa::with_kv(fa::make_shape(1, 2, 300, 64, true), 1, 1);
+    check_emulated_on<__nv_bfloat16>({no_keys, fa::with_kv(fa::make_shape(1, 2, 113, 64, true), 203, 1),
+                                      fa::with_kv(fa::make_shape(1, 4, 1, 128, true), 97, 1)},
+                                     {{kTuned, -1}});
+    check_emulated_on<__half>({no_keys}, {{kMmaSync, -1}});  // the natural-exp softmax of steps 2–4
 }
 
 // ================================ [gpu] ==========================================================
@@ -634,4 +767,12 @@ TEST_CASE("every variant on the shape grid and with large scores: error at most 
     std::vector<std::pair<int, int>> kernels;
     for (int v = kFirstVariant; v <= kLastVariant; ++v) kernels.push_back({v, -1});
     gpu_grid(kernels);
+}
+
+TEST_CASE("N != N_k and grouped heads on FlashAttention-2's shapes: error at most 2x the mirror's", "[gpu][chapter7]") {
+    REQUIRE(have_sm80());
+    std::vector<std::pair<int, int>> ladder;
+    for (int v = kMmaSync; v < kTuned; ++v) ladder.push_back({v, -1});
+    check_rule_on<__nv_bfloat16>(fa::test::cross_grid(), {{kTuned, -1}});
+    check_rule_on<__half>(fa::test::cross_grid({64}), ladder);
 }

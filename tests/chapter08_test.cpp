@@ -83,7 +83,7 @@ HostRun<T> emulate(int variant, int strategy, const Case<T>& c, int candidate) {
     h.V = fa::convert_from_float<T>(c.p.V), h.dO = fa::convert_from_float<T>(c.dO), h.O = fa::convert_from_float<T>(c.O);
     h.L = c.L;
     const T nan = fa::from_float<T>(NAN);
-    h.dQ.assign(s.elements(), nan), h.dK.assign(s.elements(), nan), h.dV.assign(s.elements(), nan);
+    h.dQ.assign(s.elements(), nan), h.dK.assign(s.kv_elements(), nan), h.dV.assign(s.kv_elements(), nan);
     h.ws.assign(workspace_floats(s, strategy), NAN);
     const BwdTensors<T> t{h.Q.data(), h.K.data(), h.V.data(), h.O.data(), h.dO.data(), h.L.data(),
                           h.dQ.data(), h.dK.data(), h.dV.data()};
@@ -239,6 +239,60 @@ TEST_CASE("ch8: a finite difference of the loss confirms one dK entry in float64
     const double analytic = ref.dK[std::size_t(j * s.D + d)];
     INFO("finite difference " << fd << ", reference " << analytic);
     CHECK(std::fabs(fd - analytic) <= 1e-4 * std::max(1.0, std::fabs(analytic)));
+}
+
+TEST_CASE("ch8 reference: grouped heads' dK, dV are the sums over the group of attention with K/V repeated, and "
+          "a row that sees no key adds nothing", "[cpu][chapter8]") {
+    for (bool causal : {false, true}) {
+        // N > N_k causal: queries 0..3 see no key; H = 4 query heads on H_kv = 2 K/V heads
+        const fa::AttnShape gqa = fa::with_kv(fa::make_shape(2, 4, 9, 32, causal), 5, 2);
+        const fa::AttnProblem p = fa::make_problem(gqa, 8);
+        const std::vector<float> dO = ch6::make_upstream_gradient(gqa, 8);
+        fa::AttnProblem rep = p;  // each query head with its own copy of its K/V head
+        rep.shape = fa::with_kv(gqa, 5, 0);
+        rep.K.clear(), rep.V.clear();
+        const std::size_t n = std::size_t(5 * 32);
+        for (std::size_t bh = 0; bh < gqa.heads_total(); ++bh) {
+            const std::size_t at = fa::kv_offset(gqa, gqa.kv_head_of(bh));
+            rep.K.insert(rep.K.end(), p.K.begin() + at, p.K.begin() + at + n);
+            rep.V.insert(rep.V.end(), p.V.begin() + at, p.V.begin() + at + n);
+        }
+        std::vector<double> dQ(gqa.elements()), dK(gqa.kv_elements()), dV(gqa.kv_elements());
+        std::vector<double> rQ(gqa.elements()), rK(gqa.elements()), rV(gqa.elements());
+        fa::attention_backward_reference(gqa, p.Q.data(), p.K.data(), p.V.data(), dO.data(), dQ.data(), dK.data(), dV.data());
+        fa::attention_backward_reference(rep.shape, rep.Q.data(), rep.K.data(), rep.V.data(), dO.data(), rQ.data(),
+                                         rK.data(), rV.data());
+        INFO((causal ? "causal" : "non-causal"));
+        CHECK(dQ == rQ);
+        for (std::size_t bkv = 0; bkv < std::size_t(gqa.B * gqa.kv_heads()); ++bkv)
+            for (std::size_t e = 0; e < n; ++e) {
+                const std::size_t h0 = gqa.first_query_head(bkv);
+                CHECK(dK[bkv * n + e] == Approx(rK[h0 * n + e] + rK[(h0 + 1) * n + e]).margin(1e-12));
+                CHECK(dV[bkv * n + e] == Approx(rV[h0 * n + e] + rV[(h0 + 1) * n + e]).margin(1e-12));
+            }
+        for (std::size_t bh = 0; bh < gqa.heads_total(); ++bh)
+            for (int i = 0; i < gqa.rows_without_keys(); ++i)
+                for (int d = 0; d < 32; ++d) CHECK(dQ[(bh * 9 + std::size_t(i)) * 32 + std::size_t(d)] == 0.0);
+        // the sampled reference and the CPU mirror agree with the full one
+        const ch6::SampledBackward ref = ch6::sampled_backward_reference(p, dO.data());
+        std::vector<float> fQ(dQ.begin(), dQ.end()), fK(dK.begin(), dK.end()), fV(dV.begin(), dV.end());
+        CHECK(ch6::check_backward(ref, fQ.data(), fK.data(), fV.data(), {1e-6, 1e-6}).ok());
+    }
+}
+
+TEST_CASE("ch8 emulated: N != N_k with the diagonal bottom-right, grouped heads, rows that see no key",
+          "[cpu][chapter8][v5][v6]") {
+    // a few small shapes (the emulator is slow); cross_grid's full list runs on a GPU
+    const fa::AttnShape shapes[] = {fa::with_kv(fa::make_shape(1, 2, 97, 64, true), 1, 1),   // 96 rows see no key
+                                    fa::with_kv(fa::make_shape(1, 4, 40, 64, true), 150, 2)};  // N < N_k, groups of 2
+    for (const fa::AttnShape& s : shapes) {
+        const Case<__nv_bfloat16> c = make_case<__nv_bfloat16>(s, 17);
+        for (auto [variant, strategy] : {std::pair{kFa2Layout, kAtomic}, std::pair{kFa2Layout, kSplit}, std::pair{kTuned, kAtomic}}) {
+            const ch7::RuleVerdict v = low_precision_rule(run_emulated(variant, strategy, c), c.mirror);
+            INFO(s.str() << " kernel " << variant_name(variant) << " dq " << strategy_name(strategy) << "\n" << v.text);
+            CHECK(v.ok);
+        }
+    }
 }
 
 TEST_CASE("ch8: the 2x rule passes 1.5 times the mirror's error, fails 2.5 times, a NaN and a swapped output",
@@ -556,7 +610,7 @@ struct DeviceCase {
     explicit DeviceCase(const Case<T>& c)
         : s(c.p.shape), Q(fa::convert_from_float<T>(c.p.Q)), K(fa::convert_from_float<T>(c.p.K)),
           V(fa::convert_from_float<T>(c.p.V)), dO(fa::convert_from_float<T>(c.dO)), O(fa::convert_from_float<T>(c.O)),
-          dQ(s.elements()), dK(s.elements()), dV(s.elements()), L(c.L), ws(workspace_floats(s, kAtomic)) {}
+          dQ(s.elements()), dK(s.kv_elements()), dV(s.kv_elements()), L(c.L), ws(workspace_floats(s, kAtomic)) {}
     // Runs one backward on poisoned outputs and workspace; returns the check of dQ, dK, dV.
     ch6::BackwardCheck run(int variant, int strategy, const Case<T>& c, int candidate = -1) {
         dQ.poison(), dK.poison(), dV.poison(), ws.poison();
@@ -569,12 +623,12 @@ struct DeviceCase {
     }
 };
 
-// Kernels (variant, candidate) × both strategies on the course's grid (D = 64, 128) with the 2×
-// rule; each shape's case (reference and mirror) made once. magnitude 8: large logits. With
-// every_candidate, kernels 5 and 6 run each of their candidates (otherwise their default).
+// Kernels (variant, candidate) × both strategies on `shapes` with the 2× rule; each shape's case
+// (reference and mirror) made once. magnitude 8: large logits. With every_candidate, kernels 5 and
+// 6 run each of their candidates (otherwise their default).
 template <class T>
-void check_grid(const std::vector<int>& variants, double magnitude = 1.0, bool every_candidate = false) {
-    std::vector<fa::AttnShape> shapes = fa::test::shape_grid({64, 128});
+void check_shapes(const std::vector<fa::AttnShape>& shapes, const std::vector<int>& variants, double magnitude = 1.0,
+                  bool every_candidate = false) {
     for (const fa::AttnShape& s : shapes) {
         const Case<T> c = make_case<T>(s, 7 + std::uint64_t(s.N), magnitude, true);
         DeviceCase<T> d(c);
@@ -594,6 +648,12 @@ void check_grid(const std::vector<int>& variants, double magnitude = 1.0, bool e
                 }
         }
     }
+}
+
+// check_shapes on the course's grid (D = 64, 128).
+template <class T>
+void check_grid(const std::vector<int>& variants, double magnitude = 1.0, bool every_candidate = false) {
+    check_shapes<T>(fa::test::shape_grid({64, 128}), variants, magnitude, every_candidate);
 }
 
 std::vector<int> all_variants() {
@@ -724,4 +784,11 @@ TEST_CASE("ch8 GPU: the atomic strategy's workspace starts from zero on every ru
         low_precision_rule(ch6::check_backward(c.ref, q.data(), k.data(), v.data(), rule_tolerance(c.mirror)), c.mirror);
     INFO(verdict.text);
     CHECK(verdict.ok);
+}
+
+TEST_CASE("ch8 GPU: N != N_k and grouped heads on FlashAttention-2's shapes, both dQ strategies (2x rule)",
+          "[gpu][chapter8]") {
+    REQUIRE(have_sm80());
+    check_shapes<__nv_bfloat16>(fa::test::cross_grid(), {kFa2Layout});
+    check_shapes<__half>(fa::test::cross_grid({64}), {kDirect, kTuned});
 }

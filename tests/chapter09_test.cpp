@@ -996,6 +996,9 @@ TEST_CASE("unsupported shapes, kernels and devices get one clear reason", "[cpu]
     CHECK(ch9::unsupported_reason(6, fa::make_shape(1, 1, 17, 64, true)).empty());
     CHECK_FALSE(ch9::unsupported_reason(7, fa::make_shape(1, 1, 17, 64, false)).empty());
     CHECK(ch9::unsupported_reason(1, fa::make_shape(1, 1, 17, 32, false)).find("head dim 32") != std::string::npos);
+    for (auto [N_k, H_kv] : {std::pair<int, int>{40, 0}, {0, 1}})  // chapter 7's features, not chapter 9's
+        CHECK(ch9::unsupported_reason(6, fa::with_kv(fa::make_shape(1, 2, 17, 64, true), N_k, H_kv))
+                  .find("as many keys as queries") != std::string::npos);
     fa::DeviceInfo d;
     d.name = "A100";
     d.cc_major = 8, d.cc_minor = 0;

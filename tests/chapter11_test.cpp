@@ -289,6 +289,9 @@ TEST_CASE("step 6: every adder of a query tile has one turn, waits only for bloc
 TEST_CASE("unsupported shapes, kernels and devices get one clear reason", "[cpu][chapter11]") {
     CHECK(ch11::unsupported_reason(1, fa::make_shape(1, 1, 100, 64, false)).empty());
     CHECK(ch11::unsupported_reason(4, fa::make_shape(2, 3, 1, 128, true)).empty());
+    for (auto [N_k, H_kv] : {std::pair<int, int>{40, 0}, {0, 1}})  // chapter 8's features, not chapter 11's
+        CHECK(ch11::unsupported_reason(5, fa::with_kv(fa::make_shape(1, 2, 17, 64, true), N_k, H_kv))
+                  .find("as many keys as queries") != std::string::npos);
     CHECK(ch11::unsupported_reason(0, fa::make_shape(1, 1, 100, 64, false)).find("does not exist") != std::string::npos);
     CHECK(ch11::unsupported_reason(6, fa::make_shape(1, 1, 100, 64, false)).empty());
     CHECK(ch11::unsupported_reason(7, fa::make_shape(1, 1, 100, 64, false)).find("does not exist") !=

@@ -37,6 +37,24 @@ inline std::vector<AttnShape> shape_grid(const std::vector<int>& dims = {16, 32,
     return grid;
 }
 
+/// FlashAttention-2's test shapes of queries and keys of different lengths: (N, N_k) ∈ {(113, 203),
+/// (128, 217), (108, 256), (256, 128), (1, 97), (97, 1)}, causal off and on, B = 2, H = 4 with
+/// groups of 1, 2 and 4 query heads per K/V head, each head dim of `dims`. Small mode keeps
+/// (113, 203) and (97, 1) with groups 1 and 4.
+inline std::vector<AttnShape> cross_grid(const std::vector<int>& dims = {64, 128}) {
+    const bool small = small_shapes();
+    const std::vector<std::pair<int, int>> lengths =
+        small ? std::vector<std::pair<int, int>>{{113, 203}, {97, 1}}
+              : std::vector<std::pair<int, int>>{{113, 203}, {128, 217}, {108, 256}, {256, 128}, {1, 97}, {97, 1}};
+    const std::vector<int> groups = small ? std::vector<int>{1, 4} : std::vector<int>{1, 2, 4};
+    std::vector<AttnShape> grid;
+    for (bool causal : {false, true})
+        for (int D : dims)
+            for (auto nk : lengths)
+                for (int g : groups) grid.push_back(with_kv(make_shape(2, 4, nk.first, D, causal), nk.second, 4 / g));
+    return grid;
+}
+
 /// Declares, before main runs, that the test cases tagged [tag] cannot run in this build when
 /// `why` is not empty (e.g. NCCL missing): tests/main.cpp then counts them as not run, never as
 /// passed, and prints why. Returns whether they can run. Use it to initialize a file's constant.

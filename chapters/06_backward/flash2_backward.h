@@ -106,15 +106,17 @@ std::vector<float> make_upstream_gradient(const fa::AttnShape& s, std::uint64_t 
 /// Computed once, then compared with any number of results.
 struct SampledBackward {
     fa::AttnShape shape;
-    std::vector<int> rows;   ///< sampled rows of each head (fa::sample_rows)
-    std::vector<int> heads;  ///< heads (b·H + h) whose dK and dV are checked
-    std::vector<double> dQ;  ///< [every head][rows][D]
-    std::vector<double> dK;  ///< [heads][rows][D]
-    std::vector<double> dV;  ///< [heads][rows][D]
+    std::vector<int> rows;      ///< sampled query rows of each head (fa::sample_rows)
+    std::vector<int> key_rows;  ///< sampled key rows of each K/V head (the same as rows when N_k = N)
+    std::vector<int> heads;     ///< K/V heads (b·H_kv + g) whose dK and dV are checked
+    std::vector<double> dQ;     ///< [every head][rows][D]
+    std::vector<double> dK;     ///< [heads][key_rows][D]
+    std::vector<double> dV;     ///< [heads][key_rows][D]
 };
 
-/// Builds the reference: all rows when N ≤ max_rows (else fa::sample_rows), dK and dV in all
-/// heads when B·H ≤ max(max_heads, 3), otherwise in the first, the last and one seeded middle head.
+/// Builds the reference: all rows when N ≤ max_rows (else fa::sample_rows; key rows likewise of
+/// N_k), dK and dV in all K/V heads when B·H_kv ≤ max(max_heads, 3), otherwise in the first, the
+/// last and one seeded middle one.
 /// The CPU cost is a full float64 forward of each of those heads plus two rows per sampled row.
 SampledBackward sampled_backward_reference(const fa::AttnProblem& p, const float* dO, int max_rows = 128,
                                            int max_heads = 3);
@@ -126,7 +128,7 @@ struct BackwardCheck {
     void print() const;
 };
 
-/// Compares host copies of dQ, dK, dV (B,H,N,D each) with the reference at its sampled positions
+/// Compares host copies of dQ (B,H,N,D), dK, dV (B,H_kv,N_k,D) with the reference at its sampled positions
 /// and scans all three tensors for NaN/Inf (outputs are poisoned before each run).
 BackwardCheck check_backward(const SampledBackward& ref, const float* dQ, const float* dK, const float* dV,
                              fa::Tolerance tol = fa::kFp32Tolerance);

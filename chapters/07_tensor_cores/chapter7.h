@@ -3,7 +3,8 @@
 /// program, the tests and later chapters call.
 ///
 /// Q, K, V, O are 16-bit (T = __half or __nv_bfloat16), L is fp32, all in the layout of shape.h.
-/// Head dims 32, 64, 96, 128 and 256 (head_dims()); any N ≥ 1; causal or not. The kernels need
+/// Head dims 32, 64, 96, 128 and 256 (head_dims()); any N ≥ 1; causal or not; kernels 2–6 also
+/// N_k ≠ N (the causal diagonal bottom-right) and H_kv < H K/V heads (shape.h). The kernels need
 /// compute capability 8.0+.
 #pragma once
 

@@ -32,16 +32,17 @@ template <class T>
 void mirror_rows(const fa::AttnShape& s, const float* Q, const float* K, const float* V, std::size_t bh,
                  int row_begin, int row_end, int Bc, float* O, float* L) {
     const int D = s.D, rows = row_end - row_begin;
-    const std::size_t base = fa::head_offset(s, bh);
-    const float* Qi = Q + base + std::size_t(row_begin) * D;  // Alg. 1 line 4: the block Q_i
+    const std::size_t kv = fa::kv_offset(s, s.kv_head_of(bh));
+    const float* Qi = Q + fa::head_offset(s, bh) + std::size_t(row_begin) * D;  // Alg. 1 line 4: the block Q_i
     // line 5: O_i = 0, l_i = 0, m_i = −inf
     std::vector<float> Oi(std::size_t(rows) * D, 0.0f), l(rows, 0.0f),
         m(rows, -std::numeric_limits<float>::infinity()), S(std::size_t(rows) * Bc);
-    const int key_end = s.causal ? std::min(s.N, row_end) : s.N;
+    // causal: the last row's last visible key is row_end − 1 + N_k − N (bottom-right)
+    const int key_end = s.causal ? std::min(s.keys(), row_end + s.keys() - s.N) : s.keys();
     for (int k0 = 0; k0 < key_end; k0 += Bc) {  // line 6: for each key block j
-        const int kn = std::min(Bc, s.N - k0);
-        const float* Kj = K + base + std::size_t(k0) * D;  // line 7: K_j, V_j
-        const float* Vj = V + base + std::size_t(k0) * D;
+        const int kn = std::min(Bc, s.keys() - k0);
+        const float* Kj = K + kv + std::size_t(k0) * D;  // line 7: K_j, V_j
+        const float* Vj = V + kv + std::size_t(k0) * D;
         for (int r = 0; r < rows; ++r) {
             const int i = row_begin + r;
             float* Sr = &S[std::size_t(r) * Bc];
@@ -55,10 +56,12 @@ void mirror_rows(const fa::AttnShape& s, const float* Q, const float* K, const f
             for (int c = 0; c < kn; ++c)
                 if (s.visible(i, k0 + c)) mx = std::max(mx, Sr[c] * s.scale);
             const float m_new = std::max(m[r], mx);
-            const float alpha = std::exp(m[r] - m_new);
+            // a row that sees no key keeps m = −inf: subtract 0 instead, as the kernels do
+            const float m_exp = std::isinf(m_new) ? 0.0f : m_new;
+            const float alpha = std::exp(m[r] - m_exp);
             float rowsum = 0.0f;
             for (int c = 0; c < kn; ++c) {
-                Sr[c] = s.visible(i, k0 + c) ? std::exp(Sr[c] * s.scale - m_new) : 0.0f;
+                Sr[c] = s.visible(i, k0 + c) ? std::exp(Sr[c] * s.scale - m_exp) : 0.0f;
                 rowsum += Sr[c];
             }
             l[r] = alpha * l[r] + rowsum;
@@ -72,8 +75,11 @@ void mirror_rows(const fa::AttnShape& s, const float* Q, const float* K, const f
             }
         }
     }
-    for (int r = 0; r < rows; ++r) {  // lines 12–13: O_i = O_i / l_i (rounded to T), L_i = m_i + log l_i
-        for (int d = 0; d < D; ++d) O[std::size_t(r) * D + d] = round_to_t<T>(Oi[std::size_t(r) * D + d] / l[r]);
+    // lines 12–13: O_i = O_i / l_i (rounded to T), L_i = m_i + log l_i; a row that saw no key has
+    // l = 0 and gets O = 0, L = −inf (reference.h)
+    for (int r = 0; r < rows; ++r) {
+        for (int d = 0; d < D; ++d)
+            O[std::size_t(r) * D + d] = l[r] > 0.0f ? round_to_t<T>(Oi[std::size_t(r) * D + d] / l[r]) : 0.0f;
         L[r] = m[r] + std::log(l[r]);
     }
 }
@@ -98,7 +104,8 @@ MirrorErrors errors_of_mirror(const fa::AttnProblem& p, const std::vector<float>
     e.check = fa::check_forward(p, O.data(), L.data());
     double max_v = 0, max_l = 1;
     for (float v : p.V) max_v = std::max(max_v, double(std::fabs(v)));
-    for (float x : L) max_l = std::max(max_l, double(std::fabs(x)));
+    for (float x : L)  // the −inf of a row that sees no key sets no floor
+        if (std::isfinite(x)) max_l = std::max(max_l, double(std::fabs(x)));
     const fa::RuleFloors f = fa::rule_floors(p.shape.D, max_v, max_l);
     e.floor_O = f.O, e.floor_L = f.L, e.floor_rel = f.rel_O, e.floor_rel_L = f.rel_L;
     return e;

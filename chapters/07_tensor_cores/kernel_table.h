@@ -71,6 +71,8 @@ FwdParams make_params(const fa::AttnShape& s, const T* Q, const T* K, const T* V
     p.L = L;
     p.N = s.N;
     p.H = s.H;
+    p.N_k = s.keys();
+    p.group = s.group();
     p.scale = s.scale;
     p.scale_log2 = s.scale * fa::kLog2e;
     p.causal = s.causal;

@@ -69,6 +69,10 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
                       "(N >= 1, 1 <= B, H <= 65535)", s.str().c_str());
         return buf;
     }
+    const std::string kv = fa::kv_shape_error(s);
+    if (!kv.empty()) return kv;
+    if (variant == kWmma && (s.keys() != s.N || s.kv_heads() != s.H))
+        return "kernel 1 (wmma) needs N_k = N and H_kv = H; kernels 2..6 take --seq-k and --kv-heads";
     return "";
 }
 

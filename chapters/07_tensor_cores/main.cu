@@ -6,6 +6,7 @@
 //                                                                 every step, the cuBLAS GEMM and mma.sync rates
 //   ./chapter7 --sweep --seq 8192 --batch 4 --heads 8 --dim 128   time variant 6's tile candidates
 //   ./chapter7 --kernel 6 --tiles 2                               variant 6 with candidate 2
+//   ./chapter7 --seq 4096 --seq-k 8192 --kv-heads 2 --causal      N_k != N, grouped-query attention
 //
 // Prints the device, the problem, the CPU mirror's error (the low-precision baseline), then per
 // kernel: its tiles and resources (registers, spills, shared memory, blocks per SM), the check of
@@ -110,6 +111,7 @@ int main(int argc, char** argv) try {
     fa::add_npy_options(cli, run_args);
     fa::AttentionArgs attn;
     fa::add_attention_options(cli, attn);
+    fa::add_cross_attention_options(cli, attn);
     Options o;
     cli.option("--dtype", &o.dtype, "element type of Q, K, V, O", {"fp16", "bf16"});
     cli.option("--kernel", &o.kernel,
@@ -124,6 +126,7 @@ int main(int argc, char** argv) try {
         for (const char* one : {"--kernel", "--tiles"}) cli.conflict(all, one, "it runs its own list of kernels");
     cli.conflict("--bench", "--no-bench", "--bench adds timings");
     cli.conflict("--load-npy", "--seed", "the inputs come from the files");
+    for (const char* kv : {"--seq-k", "--kv-heads"}) cli.conflict("--load-npy", kv, "q, k, v files have one shape");
     cli.parse(argc, argv);
     const fa::AttnShape shape = fa::problem_shape(cli, attn, run_args);
     for (const Job& j : jobs_of(o, shape.D)) {  // bad arguments first, before any input or device

@@ -4,7 +4,9 @@
 ///
 /// Tensors in the layout of shape.h; Q, K, V, O, dO, dQ, dK, dV in T (__half or __nv_bfloat16),
 /// L in fp32 (chapter 7's forward writes O and L). Head dims 64 and 128; any N ≥ 1; causal or
-/// not. The kernels need compute capability 8.0+ (ch7::device_unsupported_reason).
+/// not; N_k ≠ N (the causal diagonal bottom-right) and H_kv < H K/V heads, whose dK, dV sum over
+/// the query heads that read them (shape.h). The kernels need compute capability 8.0+
+/// (ch7::device_unsupported_reason).
 #pragma once
 
 #include <cstddef>
@@ -111,9 +113,9 @@ fa::KernelResources kernel_resources(int variant, int D, int candidate = -1);
 /// the forward's O and L the kernels got (host copies, O as floats of T): D_i in fp32 from O, S and
 /// dP in fp32, P and dS rounded to T before the products that take them, dQ, dK, dV accumulated in
 /// fp32 and rounded to T at the end. Inputs (p, dO) already rounded to T. Outputs in the
-/// reference's layout: dQ [all heads][rows][D], dK and dV [ref.heads][rows][D]. Taking O and L as
-/// given keeps the forward's own rounding out of the comparison: kernel and mirror differ only in
-/// the backward's arithmetic.
+/// reference's layout: dQ [all heads][rows][D], dK and dV [ref.heads][ref.key_rows][D]. Taking O
+/// and L as given keeps the forward's own rounding out of the comparison: kernel and mirror differ
+/// only in the backward's arithmetic.
 template <class T>
 void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, const std::vector<float>& O,
                     const std::vector<float>& L, const ch6::SampledBackward& ref, std::vector<float>& dQ,

@@ -55,52 +55,60 @@ void mirror_sampled(const fa::AttnProblem& p, const std::vector<float>& dO, cons
                     const std::vector<float>& L, const ch6::SampledBackward& ref, std::vector<float>& dQ,
                     std::vector<float>& dK, std::vector<float>& dV) {
     const fa::AttnShape& s = p.shape;
-    const std::size_t D = std::size_t(s.D), nr = ref.rows.size();
+    const std::size_t D = std::size_t(s.D), nr = ref.rows.size(), nk = ref.key_rows.size();
     const std::vector<float> Dsum = row_sums_dO_O(s, dO, O);  // line 4, every row
     dQ.assign(s.heads_total() * nr * D, NAN);
-    dK.assign(ref.heads.size() * nr * D, NAN);
+    dK.assign(ref.heads.size() * nk * D, NAN);
     dV.assign(dK.size(), NAN);
-    for (std::size_t bh = 0; bh < s.heads_total(); ++bh) {
-        const bool full = std::find(ref.heads.begin(), ref.heads.end(), int(bh)) != ref.heads.end();
-        const std::size_t base = fa::head_offset(s, bh), row0 = bh * std::size_t(s.N);
-        auto row = [&](const std::vector<float>& x, int i) { return x.data() + base + std::size_t(i) * D; };
-        // line 15 at the sampled query rows: dQ_i = scale · Σ_j round(dS_ij) K_j
-        fa::parallel_for(nr, [&](std::size_t k) {
-            const int i = ref.rows[k];
-            std::vector<float> acc(D, 0.0f);
-            for (int j = 0; j < s.N; ++j) {
-                if (!s.visible(i, j)) continue;
-                float P, dS;
-                p_ds(s, row(p.Q, i), row(p.K, j), row(p.V, j), row(dO, i), L[row0 + std::size_t(i)],
-                     Dsum[row0 + std::size_t(i)], P, dS);
-                const float ds = round_to_t<T>(dS);
-                for (std::size_t d = 0; d < D; ++d) acc[d] += ds * row(p.K, j)[d];
-            }
-            for (std::size_t d = 0; d < D; ++d) dQ[(bh * nr + k) * D + d] = round_to_t<T>(s.scale * acc[d]);
-        });
-        if (!full) continue;
-        const std::size_t hk = std::size_t(std::find(ref.heads.begin(), ref.heads.end(), int(bh)) - ref.heads.begin());
-        // lines 12 and 16 at the sampled key rows: dV_j = Σ_i round(P_ij) dO_i, dK_j = scale · Σ_i round(dS_ij) Q_i
-        fa::parallel_for(nr, [&](std::size_t k) {
-            const int j = ref.rows[k];
-            std::vector<float> accK(D, 0.0f), accV(D, 0.0f);
+    // row i of query head bh (Q, dO), row j of K/V head bkv (K, V), the row statistics of (bh, i)
+    auto q_row = [&](const std::vector<float>& x, std::size_t bh, int i) {
+        return x.data() + fa::head_offset(s, bh) + std::size_t(i) * D;
+    };
+    auto kv_row = [&](const std::vector<float>& x, std::size_t bkv, int j) {
+        return x.data() + fa::kv_offset(s, bkv) + std::size_t(j) * D;
+    };
+    auto entry = [&](std::size_t bh, int i, int j, float& P, float& dS) {
+        const std::size_t r = bh * std::size_t(s.N) + std::size_t(i), bkv = s.kv_head_of(bh);
+        p_ds(s, q_row(p.Q, bh, i), kv_row(p.K, bkv, j), kv_row(p.V, bkv, j), q_row(dO, bh, i), L[r], Dsum[r], P, dS);
+    };
+    // line 15 at the sampled query rows: dQ_i = scale · Σ_j round(dS_ij) K_j
+    fa::parallel_for(s.heads_total() * nr, [&](std::size_t k) {
+        const std::size_t bh = k / nr;
+        const int i = ref.rows[k % nr];
+        std::vector<float> acc(D, 0.0f);
+        for (int j = 0; j < s.keys(); ++j) {
+            if (!s.visible(i, j)) continue;
+            float P, dS;
+            entry(bh, i, j, P, dS);
+            const float ds = round_to_t<T>(dS);
+            for (std::size_t d = 0; d < D; ++d) acc[d] += ds * kv_row(p.K, s.kv_head_of(bh), j)[d];
+        }
+        for (std::size_t d = 0; d < D; ++d) dQ[k * D + d] = round_to_t<T>(s.scale * acc[d]);
+    });
+    // lines 12 and 16 at the sampled key rows of the sampled K/V heads, summed over the query
+    // heads of the group: dV_j = Σ_h Σ_i round(P_ij) dO_i, dK_j = scale · Σ_h Σ_i round(dS_ij) Q_i
+    const std::size_t G = std::size_t(s.group());
+    fa::parallel_for(ref.heads.size() * nk, [&](std::size_t k) {
+        const std::size_t bkv = std::size_t(ref.heads[k / nk]);
+        const std::size_t bh0 = s.first_query_head(bkv);
+        const int j = ref.key_rows[k % nk];
+        std::vector<float> accK(D, 0.0f), accV(D, 0.0f);
+        for (std::size_t bh = bh0; bh < bh0 + G; ++bh)
             for (int i = 0; i < s.N; ++i) {
                 if (!s.visible(i, j)) continue;
                 float P, dS;
-                p_ds(s, row(p.Q, i), row(p.K, j), row(p.V, j), row(dO, i), L[row0 + std::size_t(i)],
-                     Dsum[row0 + std::size_t(i)], P, dS);
+                entry(bh, i, j, P, dS);
                 const float pr = round_to_t<T>(P), ds = round_to_t<T>(dS);
                 for (std::size_t d = 0; d < D; ++d) {
-                    accV[d] += pr * row(dO, i)[d];
-                    accK[d] += ds * row(p.Q, i)[d];
+                    accV[d] += pr * q_row(dO, bh, i)[d];
+                    accK[d] += ds * q_row(p.Q, bh, i)[d];
                 }
             }
-            for (std::size_t d = 0; d < D; ++d) {
-                dK[(hk * nr + k) * D + d] = round_to_t<T>(s.scale * accK[d]);
-                dV[(hk * nr + k) * D + d] = round_to_t<T>(accV[d]);
-            }
-        });
-    }
+        for (std::size_t d = 0; d < D; ++d) {
+            dK[k * D + d] = round_to_t<T>(s.scale * accK[d]);
+            dV[k * D + d] = round_to_t<T>(accV[d]);
+        }
+    });
 }
 
 template <class T>

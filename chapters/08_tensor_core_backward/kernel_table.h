@@ -76,19 +76,20 @@ BwdParams make_params(const fa::AttnShape& s, const BwdTensors<T>& t, const Work
     p.dK = reinterpret_cast<uint16_t*>(t.dK);
     p.dV = reinterpret_cast<uint16_t*>(t.dV);
     p.N = s.N, p.Npad = padded_rows(s.N), p.H = s.H, p.BH = int(s.heads_total());
+    p.N_k = s.keys(), p.group = s.group();
     p.scale = s.scale;
     p.scale_log2 = s.scale * fa::kLog2e;
     p.causal = s.causal;
     return p;
 }
 
-/// The grids: preprocess (128 threads, D/8 per padded row), dK/dV (T_c, H, B), dQ (T_r, H, B),
-/// convert (128 threads, 8 elements each).
+/// The grids: preprocess (128 threads, D/8 per padded row), dK/dV (T_c, H_kv, B): one block per
+/// key tile of each K/V head, dQ (T_r, H, B), convert (128 threads, 8 elements each).
 inline dim3 preprocess_grid(const fa::AttnShape& s) {
     return dim3(unsigned(s.heads_total() * std::size_t(padded_rows(s.N)) * std::size_t(s.D / 8) / 128));
 }
 inline dim3 dkdv_grid(const fa::AttnShape& s, const KernelEntry& e) {
-    return dim3(unsigned(fa::ceil_div(s.N, e.tiles.Bc())), unsigned(s.H), unsigned(s.B));
+    return dim3(unsigned(fa::ceil_div(s.keys(), e.tiles.Bc())), unsigned(s.kv_heads()), unsigned(s.B));
 }
 inline dim3 dq_grid(const fa::AttnShape& s, const KernelEntry& e) {
     return dim3(unsigned(fa::ceil_div(s.N, 16 * e.tiles.dq_warps)), unsigned(s.H), unsigned(s.B));

@@ -128,12 +128,12 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
         return buf;
     }
     if (s.N < 1 || s.B < 1 || s.H < 1 || s.B > 65535 || s.H > 65535 ||
-        double(s.elements()) > 2e9) {
+        double(std::max(s.elements(), s.kv_elements())) > 2e9) {
         std::snprintf(buf, sizeof buf, "shape %s is outside what chapter 8 launches "
                       "(N >= 1, 1 <= B, H <= 65535, B*H*N*D < 2^31)", s.str().c_str());
         return buf;
     }
-    return "";
+    return fa::kv_shape_error(s);
 }
 
 std::size_t workspace_floats(const fa::AttnShape& s, int strategy) {

@@ -8,6 +8,7 @@
 //   ./chapter8 --sweep --seq 8192 --batch 2 --heads 16 --dim 128 time the tile candidates of steps 5 and 6
 //   ./chapter8 --fp32 --train ...                                also chapter 6's fp32 backward, and
 //                                                                forward + backward together
+//   ./chapter8 --seq 4096 --seq-k 8192 --kv-heads 2 --causal     N_k != N, grouped-query attention
 //
 // O and L come from chapter 7's tuned forward, as in training. Prints the device, the problem, the
 // CPU mirror's error (the low-precision baseline), then per kernel and dQ strategy: tiles and
@@ -61,7 +62,7 @@ std::vector<Job> jobs_of(const Options& o, int D) {
 
 // Device bytes a backward must move at least: Q, K, V, O, dO read, dQ, dK, dV written (T), L read.
 double backward_io_bytes(const fa::AttnShape& s, std::size_t elem) {
-    return 8.0 * double(s.elements()) * double(elem) + double(s.rows()) * sizeof(float);
+    return (4.0 * double(s.elements()) + 4.0 * double(s.kv_elements())) * double(elem) + double(s.rows()) * sizeof(float);
 }
 
 template <class T>
@@ -76,11 +77,11 @@ int run(fa::AttnProblem& p, const fa::RunArgs& ra, const Options& o, const fa::D
                 s.str().c_str(), s.scale, o.dtype.c_str(), o.dtype.c_str());
     const std::size_t ws_atomic = ch8::workspace_floats(s, ch8::kAtomic) * sizeof(float),
                       ws_split = ch8::workspace_floats(s, ch8::kSplit) * sizeof(float);
-    fa::require_free_memory(std::size_t(9.0 * s.elements() * sizeof(T)) + ws_atomic,
+    fa::require_free_memory(std::size_t((5.0 * s.elements() + 4.0 * s.kv_elements()) * sizeof(T)) + ws_atomic,
                             "chapter 8 (Q, K, V, O, dO, dQ, dK, dV, L and the workspace)");
     fa::DeviceBuffer<T> Q(fa::convert_from_float<T>(p.Q)), K(fa::convert_from_float<T>(p.K)),
         V(fa::convert_from_float<T>(p.V)), dOd(fa::convert_from_float<T>(dO)), O(s.elements()), dQ(s.elements()),
-        dK(s.elements()), dV(s.elements());
+        dK(s.kv_elements()), dV(s.kv_elements());
     fa::DeviceBuffer<float> L(s.rows()), ws(ch8::workspace_floats(s, ch8::kAtomic));
     std::printf("extra memory of the backward: %.2f MB with --dq atomic (L*log2e, D_i, fp32 dQ workspace), "
                 "%.2f MB with --dq split (L*log2e, D_i): O(N), no N x N buffer\n",
@@ -122,7 +123,7 @@ int run(fa::AttnProblem& p, const fa::RunArgs& ra, const Options& o, const fa::D
         std::printf("\nkernel %s: %s\n  dK/dV kernel: %d threads, %d registers, %zu bytes local memory (spills), "
                     "%.1f KB shared memory, %d blocks/SM; grid %d x %d x %d on %d SMs\n",
                     row.name.c_str(), row.tiles.c_str(), row.res.threads, row.res.registers, row.res.local_bytes,
-                    row.res.smem_bytes / 1024.0, row.res.blocks_per_sm, fa::ceil_div(s.N, tl.Bc()), s.H, s.B,
+                    row.res.smem_bytes / 1024.0, row.res.blocks_per_sm, fa::ceil_div(s.keys(), tl.Bc()), s.kv_heads(), s.B,
                     dev.sm_count);
         auto launch = [&] { ch8::backward<T>(j.variant, j.strategy, s, t, w, j.candidate); };
         dQ.poison(), dK.poison(), dV.poison(), ws.poison();
@@ -203,6 +204,7 @@ int main(int argc, char** argv) try {
     fa::add_npy_options(cli, ra);
     fa::AttentionArgs attn;
     fa::add_attention_options(cli, attn);
+    fa::add_cross_attention_options(cli, attn);
     Options o;
     cli.option("--dtype", &o.dtype, "element type of Q, K, V, O, dO and the gradients", {"fp16", "bf16"});
     cli.option("--kernel", &o.kernel,
@@ -221,6 +223,10 @@ int main(int argc, char** argv) try {
     for (const char* all : {"--ladder", "--sweep"})
         for (const char* one : {"--kernel", "--tiles"}) cli.conflict(all, one, "it runs its own list of kernels");
     for (const char* timed : {"--bench", "--fp32", "--train"}) cli.conflict(timed, "--no-bench", "it adds timings");
+    for (const char* kv : {"--seq-k", "--kv-heads"}) {
+        cli.conflict("--load-npy", kv, "q, k, v files have one shape");
+        cli.conflict("--fp32", kv, "chapter 6's backward has N_k = N and H_kv = H");
+    }
     cli.parse(argc, argv);
     if (!o.tiles.empty()) {
         int variant = 0;

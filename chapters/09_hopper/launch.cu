@@ -117,6 +117,9 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
                       kFirstVariant, kLastVariant);
         return buf;
     }
+    if (s.keys() != s.N || s.kv_heads() != s.H)
+        return "chapter 9's kernels take as many keys as queries and one K/V head per query head (chapter 7's "
+               "take N_k != N and grouped heads)";
     if (!HeadDims::has(s.D)) {
         std::snprintf(buf, sizeof buf,
                       "head dim %d is not supported: the Hopper kernels of chapter 9 are compiled for D = 64 and D = 128",

@@ -53,6 +53,9 @@ std::string unsupported_reason(int variant, const fa::AttnShape& s, int candidat
                       kFirstVariant, kLastVariant);
         return buf;
     }
+    if (s.keys() != s.N || s.kv_heads() != s.H)
+        return "chapter 11's kernels take as many keys as queries and one K/V head per query head (chapter 8's "
+               "take N_k != N and grouped heads)";
     if (!HeadDims::has(s.D)) {
         std::snprintf(buf, sizeof buf,
                       "head dim %d is not supported: the Hopper backward kernels of chapter 11 are compiled for D = 64 "

@@ -29,8 +29,9 @@
 
 namespace tc {
 
-/// min(a, b) for host and device code alike.
+/// min(a, b) and max(a, b) for host and device code alike.
 FA_HOST_DEVICE constexpr int min_int(int a, int b) { return a < b ? a : b; }
+FA_HOST_DEVICE constexpr int max_int(int a, int b) { return a > b ? a : b; }
 
 /// The group g = lane / 4 of a lane (0..7).
 FA_HOST_DEVICE constexpr int lane_group(int lane) { return lane / 4; }

@@ -29,7 +29,9 @@
 /// O, columns 2t and 2t + 1 (tc/layout.h has the picture). K_j and V_j are shared by the block.
 ///
 /// Grid: (T_r query blocks, H, B); block: Warps warps. Block (x, h, b) computes the B_r query rows
-/// of query block x (step 6, causal: gridDim.x − 1 − x, the longest rows first) of head (b, h).
+/// of query block x (step 6, causal: gridDim.x − 1 − x, the longest rows first) of head (b, h),
+/// reading K/V head (b, h / group) of N_k keys (grouped-query attention; N_k ≠ N with the causal
+/// diagonal bottom-right: query i sees keys j ≤ i + N_k − N, as shape.h says).
 /// Shared memory: the Q tile (B_r × D) and `Stages` buffers of (K_j, V_j), each B_c × D, 16-bit.
 /// Registers per lane: S and O accumulators, row statistics (warp_tile.cuh, online_softmax.cuh).
 ///
@@ -61,6 +63,8 @@ struct FwdParams {
     uint16_t* O;
     float* L;
     int N, H;
+    int N_k;           ///< keys per K/V head
+    int group;         ///< query heads per K/V head: H / H_kv
     float scale;       ///< softmax scale
     float scale_log2;  ///< scale · log2(e), for the exp2 form
     bool causal;
@@ -85,16 +89,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_forward_kernel(const F
     const int wr = warp * Cfg::kWarpRows;      // the warp's first row in the Q tile
     const int wq0 = q0 + wr, wq_last = wq0 + Cfg::kWarpRows - 1;
     const std::size_t head = (std::size_t(blockIdx.z) * p.H + blockIdx.y) * std::size_t(p.N);
+    const std::size_t kv_head = (std::size_t(blockIdx.z) * (p.H / p.group) + blockIdx.y / p.group) * std::size_t(p.N_k);
     const uint16_t* Qh = p.Q + head * D;
-    const uint16_t* Kh = p.K + head * D;
-    const uint16_t* Vh = p.V + head * D;
-    // Alg. 1 line 6, with the causal mask: no key after the block's last row is ever needed.
-    const int key_end = p.causal ? tc::min_int(p.N, q0 + Br) : p.N;
+    const uint16_t* Kh = p.K + kv_head * D;
+    const uint16_t* Vh = p.V + kv_head * D;
+    // Row i's last visible key is i + diag (causal, bottom-right): the mask compares keys with
+    // rows moved by diag into key coordinates.
+    const int diag = p.N_k - p.N;
+    // Alg. 1 line 6, with the causal mask: no key after the block's last row is ever needed (none
+    // at all when every row of the block precedes the diagonal: O = 0, L = −inf, reference.h).
+    const int key_end = p.causal ? tc::max_int(0, tc::min_int(p.N_k, q0 + Br + diag)) : p.N_k;
     const int Tc = fa::ceil_div(key_end, Bc);
     auto K_stage = [&](int j) { return KVs + (j % kStages) * 2 * Bc * D; };
     auto load_kv = [&](int j) {  // Alg. 1 line 7: K_j, V_j
-        tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(K_stage(j), Kh, j * Bc, p.N);
-        tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(K_stage(j) + Bc * D, Vh, j * Bc, p.N);
+        tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(K_stage(j), Kh, j * Bc, p.N_k);
+        tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(K_stage(j) + Bc * D, Vh, j * Bc, p.N_k);
     };
 
     // Alg. 1 line 4: Q_i. With cp.async it travels in the group of K_0, V_0, and the first
@@ -135,7 +144,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_forward_kernel(const F
             __syncthreads();
         }
         const int k0 = j * Bc;
-        if (p.causal && k0 > wq_last) continue;  // every key of the tile is after every row of the warp
+        if (p.causal && k0 > wq_last + diag) continue;  // every key of the tile is after every row of the warp
         if constexpr (Cfg::kQInRegs)  // step 6 option: Q in registers
             if (j == 0) load_q_frags<Cfg>(q, Qs, wr, lane);
         const uint16_t* Ks = K_stage(j);
@@ -143,13 +152,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_forward_kernel(const F
 
         float S[MT][Bc / 8][4];
         scores<T, Cfg>(S, Qs, q, Ks, wr, lane);                             // line 8
-        if (k0 + Bc > p.N || (p.causal && k0 + Bc - 1 > wq0))               // only edge tiles
-            mask_scores<Cfg>(S, wq0, k0, p.N, p.causal, lane);
+        if (k0 + Bc > p.N_k || (p.causal && k0 + Bc - 1 > wq0 + diag))      // only edge tiles
+            mask_scores<Cfg>(S, wq0 + diag, k0, p.N_k, p.causal, lane);
         online_softmax<Cfg>(S, st, O, p.scale, p.scale_log2);               // lines 9–10
         uint32_t P[MT][Bc / 16][4];
         pack_p<T, Cfg>(P, S);
         accumulate_pv<T, Cfg>(O, P, Vs, lane);                              // line 10
     }
+    // step 4: no copy in flight when the block ends (a block whose rows see no key, Tc = 0, never
+    // waited for its Q_i)
+    if constexpr (Cfg::kCpAsync) tc::cp_async_wait<0>();
     store_rows<T, Cfg>(O, st, p.O + head * D, p.L + head, wq0, p.N, p.scale, lane);  // lines 12–15
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch (device_unsupported_reason)

@@ -80,9 +80,15 @@ __device__ __forceinline__ void rescale_row(float (&O)[Cfg::kMTiles][Cfg::D / 8]
     for (int d = 0; d < Cfg::D / 8; ++d) O[mt][d][2 * h] *= alpha, O[mt][d][2 * h + 1] *= alpha;
 }
 
+/// The row max the exponents subtract: m, or 0 while m = −inf. A row that sees no key (causal with
+/// N > N_k) keeps m = −inf through every tile; e^{x − m} would be e^{−inf − (−inf)} = NaN, with 0
+/// it is e^{−inf} = 0, and so is the rescale factor, leaving l = 0 and O = 0 (FlashAttention-2's
+/// guard). Every other row has a finite m after the first tile, because tile 0 comes first and
+/// holds key 0, which every row that sees a key sees: for those the guard changes no bit.
+__device__ __forceinline__ float exponent_max(float m) { return m == -INFINITY ? 0.0f : m; }
+
 /// Alg. 1 lines 9–10 (first half): new row max m, P̃ = exp(S·scale − m) in place of S, l and O
-/// rescaled by e^{m_old − m}. Every row already has a finite m after the first tile, because tile 0
-/// comes first and holds key 0, which every query row sees: so m_old − m is never −inf − (−inf).
+/// rescaled by e^{m_old − m} (exponent_max says what a row that sees no key does).
 ///
 /// Steps 2–4: expf(x·scale − m) with m scaled; the quad-sum of l and the O rescale every tile.
 /// Step 5: P̃ = 2^(x·c − m·c) with c = scale·log2(e): one FFMA and one MUFU.EX2 per score; O and l
@@ -101,14 +107,15 @@ __device__ __forceinline__ void online_softmax(float (&S)[Cfg::kMTiles][Cfg::Bc 
             #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const float m_new = fmaxf(st.m[mt][h], tile_row_max<Cfg>(S, mt, h) * scale);
-                const float alpha = expf(st.m[mt][h] - m_new);
+                const float m_exp = exponent_max(m_new);
+                const float alpha = expf(st.m[mt][h] - m_exp);
                 float sum = 0.0f;
                 #pragma unroll
                 for (int n = 0; n < NT; ++n)
                     #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float& x = S[mt][n][2 * h + e];
-                        x = expf(x * scale - m_new);
+                        x = expf(x * scale - m_exp);
                         sum += x;
                     }
                 st.l[mt][h] = alpha * st.l[mt][h] + fa::group_sum<4>(sum);
@@ -125,9 +132,10 @@ __device__ __forceinline__ void online_softmax(float (&S)[Cfg::kMTiles][Cfg::Bc 
                 const float m_new = fmaxf(st.m[mt][h], fa::group_max<4>(lane_row_reduce<Cfg>(
                     S, mt, h, [](float a, float b) { return fmaxf(a, b); })));
                 moved |= m_new != st.m[mt][h];
-                alpha[mt][h] = tc::fast_exp2((st.m[mt][h] - m_new) * scale_log2);
+                const float m_exp = exponent_max(m_new);
+                alpha[mt][h] = tc::fast_exp2((st.m[mt][h] - m_exp) * scale_log2);
                 st.m[mt][h] = m_new;
-                const float mc = m_new * scale_log2;
+                const float mc = m_exp * scale_log2;
                 #pragma unroll
                 for (int n = 0; n < NT; ++n)
                     #pragma unroll
@@ -155,7 +163,8 @@ __device__ __forceinline__ void online_softmax(float (&S)[Cfg::kMTiles][Cfg::Bc 
 
 /// Alg. 1 lines 12–15: O_i = O / l and L_i = m·scale + log l (natural log, like the reference),
 /// written for the warp's rows below N. q_row0 is the warp's first row in the sequence; Oh and Lh
-/// point at the head's rows.
+/// point at the head's rows. A row that saw no key has l = 0: O = 0 (not 0/0) and L = −inf + log 0
+/// = −inf, the reference's convention (reference.h).
 template <class T, class Cfg>
 __device__ __forceinline__ void store_rows(const float (&O)[Cfg::kMTiles][Cfg::D / 8][4],
                                            const RowStats<Cfg>& st, uint16_t* Oh, float* Lh,
@@ -173,7 +182,7 @@ __device__ __forceinline__ void store_rows(const float (&O)[Cfg::kMTiles][Cfg::D
         for (int h = 0; h < 2; ++h) {
             const int row = q_row0 + 16 * mt + tc::frag_c_row(lane, 2 * h);
             if (row >= N) continue;
-            const float inv_l = 1.0f / l[mt][h];
+            const float inv_l = l[mt][h] > 0.0f ? 1.0f / l[mt][h] : 0.0f;
             #pragma unroll
             for (int d = 0; d < Cfg::D / 8; ++d) {
                 uint16_t* dst = Oh + row * Cfg::D + 8 * d + tc::frag_c_col(lane, 2 * h);

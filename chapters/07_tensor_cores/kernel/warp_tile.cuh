@@ -138,11 +138,13 @@ __device__ __forceinline__ void scores(float (&S)[Cfg::kMTiles][Cfg::Bc / 8][4],
     }
 }
 
-/// Sets to −inf the scores of keys past N and, with the causal mask, of keys after the query.
-/// q_row0 is the warp's first query row and k0 the tile's first key (both in the whole sequence).
+/// Sets to −inf the scores of keys past N_k and, with the causal mask, of keys after the query's
+/// last visible key. k0 is the tile's first key; q_row0 the warp's first query row in key
+/// coordinates: its row plus N_k − N, so that row i sees keys up to i + N_k − N (the diagonal
+/// bottom-right, shape.h; with N_k = N the row itself).
 template <class Cfg>
 __device__ __forceinline__ void mask_scores(float (&S)[Cfg::kMTiles][Cfg::Bc / 8][4], int q_row0,
-                                            int k0, int N, bool causal, int lane) {
+                                            int k0, int N_k, bool causal, int lane) {
     #pragma unroll
     for (int mt = 0; mt < Cfg::kMTiles; ++mt)
         #pragma unroll
@@ -151,7 +153,7 @@ __device__ __forceinline__ void mask_scores(float (&S)[Cfg::kMTiles][Cfg::Bc / 8
             for (int i = 0; i < 4; ++i) {
                 const int row = q_row0 + 16 * mt + tc::frag_c_row(lane, i);
                 const int key = k0 + 8 * n + tc::frag_c_col(lane, i);
-                if (key >= N || (causal && key > row)) S[mt][n][i] = -INFINITY;
+                if (key >= N_k || (causal && key > row)) S[mt][n][i] = -INFINITY;
             }
 }
 

@@ -39,7 +39,8 @@ namespace ch8 {
 inline namespace FA_TC_KERNELS {
 
 /// Every backward kernel's arguments: device arrays in the layout of shape.h, 16-bit elements as
-/// raw bits. L2 and Di are (B·H, Npad) row vectors; dQacc is (B, H, N, D) fp32.
+/// raw bits (K, V, dK, dV of H_kv = H / group heads of N_k rows). L2 and Di are (B·H, Npad) row
+/// vectors; dQacc is (B, H, N, D) fp32.
 struct BwdParams {
     const uint16_t* Q;
     const uint16_t* K;
@@ -54,6 +55,8 @@ struct BwdParams {
     uint16_t* dK;
     uint16_t* dV;
     int N, Npad, H, BH;
+    int N_k;           ///< keys per K/V head
+    int group;         ///< query heads per K/V head: H / H_kv
     float scale;       ///< softmax scale
     float scale_log2;  ///< scale · log2 e: P = 2^(S · scale_log2 − L2)
     bool causal;
@@ -66,6 +69,8 @@ constexpr int kRowPad = 128;
 // __trap() otherwise (the host refuses older devices before launching).
 
 /// Line 4: D_i = rowsum(dO_i ∘ O_i), and L2_i = L_i · log2 e; D/8 lanes per row, 8 elements each.
+/// A row that sees no key (causal, N > N_k) has L = −inf and O = 0 (reference.h): its L2 is +inf,
+/// so that every P of its row is 2^(S − inf) = 0, masked or not (−inf − (−inf) would be NaN).
 template <class T, int D>
 __global__ void preprocess_kernel(const BwdParams p) {
 #if FA_TC_SM80
@@ -91,7 +96,8 @@ __global__ void preprocess_kernel(const BwdParams p) {
     for (int off = kLanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (c == 0 && bh < p.BH) {
         p.Di[row] = acc;
-        p.L2[row] = valid ? p.L[bh * p.N + i] * fa::kLog2e : 0.0f;
+        const float L = valid ? p.L[bh * p.N + i] : 0.0f;
+        p.L2[row] = L == -INFINITY ? INFINITY : L * fa::kLog2e;
     }
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch
@@ -117,7 +123,8 @@ __global__ void convert_dq_kernel(const BwdParams p, long long elements) {
 
 /// Sᵀ entries outside the problem become −inf (so P = 0): queries or keys past N, and with the
 /// causal mask keys after the query. Row = key (the warp's MT m-tiles from key0), column = query
-/// (the tile's).
+/// (the tile's). With N_k ≠ N, pass queries in key coordinates (q0 + N_k − N: the diagonal
+/// bottom-right, shape.h) and N_k as N: a query past N is then one past N_k.
 template <class Cfg, int MT>
 __device__ __forceinline__ void mask_transposed(float (&St)[MT][Cfg::kSub / 8][4], int key0, int q0, int N,
                                                 bool causal, int lane) {
@@ -221,15 +228,72 @@ __device__ __forceinline__ void load_row_vector(float* dst, const float* src, in
         tc::st_shared(reinterpret_cast<float4*>(dst + 4 * c), *reinterpret_cast<const float4*>(src + 4 * c));
 }
 
+/// The inner loop of a dK/dV block (Alg. 2 line 8) over the query tiles of every query head that
+/// reads its K/V head: with grouped-query attention dK_j and dV_j are sums over the group's heads,
+/// so the block runs lines 8–16 for each of them into the same registers (no atomics, no second
+/// pass). One flat index t walks the group's heads, tile after tile, so that the cp.async pipeline
+/// runs on from one head to the next: t is query tile i(t) of query head bh(t).
+struct GroupTiles {
+    long long bh0;  ///< the group's first query head, b·H + h
+    int i_begin;    ///< causal: the first query tile that sees a key of the block
+    int per_head;   ///< query tiles per head from i_begin
+    int count;      ///< tiles of the whole group
+    __device__ __forceinline__ long long bh(int t) const { return bh0 + t / per_head; }
+    __device__ __forceinline__ int i(int t) const { return i_begin + t % per_head; }
+};
+
+/// The tiles of the block of keys k0.. of K/V head (blockIdx.z, blockIdx.y), query tiles of B_r
+/// rows. Line 8, causal: the first query that sees key k0 is k0 − (N_k − N) (bottom-right), so the
+/// query tiles that end before it see none of the block's keys (the last query sees every key, so
+/// at least one tile remains).
+__device__ __forceinline__ GroupTiles group_tiles(const BwdParams& p, int k0, int Br) {
+    GroupTiles g;
+    g.bh0 = (long long)blockIdx.z * p.H + (long long)blockIdx.y * p.group;
+    const int Tr = fa::ceil_div(p.N, Br);
+    g.i_begin = p.causal ? tc::max_int(0, k0 - (p.N_k - p.N)) / Br : 0;
+    g.per_head = Tr - g.i_begin;
+    g.count = p.group * g.per_head;
+    return g;
+}
+
+/// Offset of the K/V head (blockIdx.z, blockIdx.y) of a dK/dV block in K, V, dK, dV.
+__device__ __forceinline__ std::size_t kv_head_offset(const BwdParams& p, int D) {
+    return (std::size_t(blockIdx.z) * std::size_t(p.H / p.group) + blockIdx.y) * std::size_t(p.N_k) * D;
+}
+
+/// Line 6 of a dK/dV block: K_j, V_j (keys k0.. of its K/V head) into Ks, Vs.
+template <class Cfg, bool kSwizzled, tc::Copy kCopy>
+__device__ __forceinline__ void load_kv_block(uint16_t* Ks, uint16_t* Vs, const BwdParams& p, int k0) {
+    const std::size_t kv_head = kv_head_offset(p, Cfg::D);
+    tc::load_tile<Cfg::Bc, Cfg::D, Cfg::kThreads, kSwizzled, kCopy>(Ks, p.K + kv_head, k0, p.N_k);
+    tc::load_tile<Cfg::Bc, Cfg::D, Cfg::kThreads, kSwizzled, kCopy>(Vs, p.V + kv_head, k0, p.N_k);
+}
+
+/// Line 9 of a dK/dV block for tile t: Q_i, dO_i, L2_i, D_i of query tile tiles.i(t) of head
+/// tiles.bh(t), into stage t % Stages (Q_i at QdO + s·2·B_r·D, dO_i after it; L2 at LD + 2·s·B_r,
+/// D_i after it).
+template <class Cfg, bool kSwizzled, tc::Copy kCopy>
+__device__ __forceinline__ void load_query_tile(uint16_t* QdO, float* LD, const BwdParams& p, const GroupTiles& tiles,
+                                                int t) {
+    constexpr int Br = Cfg::Br, D = Cfg::D, kThreads = Cfg::kThreads;
+    const long long bh = tiles.bh(t);
+    const int i = tiles.i(t);
+    uint16_t* Qs = QdO + (t % Cfg::kStages) * 2 * Br * D;
+    float* Ls = LD + (t % Cfg::kStages) * 2 * Br;
+    tc::load_tile<Br, D, kThreads, kSwizzled, kCopy>(Qs, p.Q + bh * p.N * D, i * Br, p.N);
+    tc::load_tile<Br, D, kThreads, kSwizzled, kCopy>(Qs + Br * D, p.dO + bh * p.N * D, i * Br, p.N);
+    load_row_vector<kCopy>(Ls, p.L2 + bh * p.Npad + i * Br, Br, 0);
+    load_row_vector<kCopy>(Ls + Br, p.Di + bh * p.Npad + i * Br, Br, Br / 4);
+}
+
 #endif  // FA_TC_SM80
 
-/// Lines 5–19 for one K_j, V_j (block x of head (z, y)): dK_j and dV_j, and with kAtomicDq the
-/// dQ_i contributions (line 15) by atomicAdd.
+/// Lines 5–19 for one K_j, V_j (block x of K/V head (z, y)): dK_j and dV_j, summed over the query
+/// heads of the group (GroupTiles), and with kAtomicDq the dQ_i contributions (line 15) by atomicAdd.
 template <class T, class Cfg, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const BwdParams p) {
 #if FA_TC_SM80
     constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, Sub = Cfg::kSub, kStages = Cfg::kStages;
-    constexpr int kThreads = Cfg::kThreads;
     using W = typename Cfg::Warp;
     constexpr bool kSwizzled = Cfg::kLdmatrix;                                        // step 2: swizzle
     constexpr tc::Copy kCopy = Cfg::kCpAsync ? tc::Copy::kAsync : tc::Copy::kSync;  // step 3: cp.async
@@ -244,31 +308,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const BwdParams 
 
     const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
     const int k0 = int(blockIdx.x) * Bc, wk = 16 * warp, wk0 = k0 + wk;  // block's and warp's first key
-    const long long bh = (long long)blockIdx.z * p.H + blockIdx.y;
-    const std::size_t head = std::size_t(bh) * std::size_t(p.N);
-    const uint16_t* Qh = p.Q + head * D;
-    const uint16_t* dOh = p.dO + head * D;
-    const float* L2h = p.L2 + bh * p.Npad;
-    const float* Dih = p.Di + bh * p.Npad;
-    const int Tr = fa::ceil_div(p.N, Br);
-    // line 8, causal: query tiles that end before key k0 see none of its keys
-    const int i_begin = p.causal ? k0 / Br : 0;
-
-    auto load_q = [&](int i) {  // line 9: Q_i, dO_i, L_i, D_i
-        uint16_t* Qs = QdO + (i % kStages) * 2 * Br * D;
-        float* Ls = LD + (i % kStages) * 2 * Br;
-        tc::load_tile<Br, D, kThreads, kSwizzled, kCopy>(Qs, Qh, i * Br, p.N);
-        tc::load_tile<Br, D, kThreads, kSwizzled, kCopy>(Qs + Br * D, dOh, i * Br, p.N);
-        load_row_vector<kCopy>(Ls, L2h + i * Br, Br, 0);
-        load_row_vector<kCopy>(Ls + Br, Dih + i * Br, Br, Br / 4);
-    };
-    // line 6: K_j, V_j (with cp.async in the group of the first Q_i)
-    tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(Ks, p.K + head * D, k0, p.N);
-    tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(Vs, p.V + head * D, k0, p.N);
+    const int diag = p.N_k - p.N;  // query q sees keys up to q + diag (causal, bottom-right)
+    const GroupTiles tiles = group_tiles(p, k0, Br);
+    auto load_q = [&](int t) { load_query_tile<Cfg, kSwizzled, kCopy>(QdO, LD, p, tiles, t); };  // line 9
+    load_kv_block<Cfg, kSwizzled, kCopy>(Ks, Vs, p, k0);  // line 6 (with cp.async in the group of the first Q_i)
     if constexpr (Cfg::kCpAsync) {  // step 3: tiles in flight before the loop
         #pragma unroll
         for (int s = 0; s < kStages - 1; ++s) {
-            if (i_begin + s < Tr) load_q(i_begin + s);
+            if (s < tiles.count) load_q(s);
             tc::cp_async_commit();
         }
     }
@@ -278,29 +325,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const BwdParams 
     zero_acc(dV);
     ch7::QFrags<W> kf, vf;  // step 4 option: K_j, V_j fragments in registers
 
-    for (int i = i_begin; i < Tr; ++i) {  // line 8
+    for (int t = 0; t < tiles.count; ++t) {  // line 8, over the group's heads
         if constexpr (Cfg::kCpAsync) {  // step 3: the pipeline (as chapter 7's K/V pipeline)
             tc::cp_async_wait<kStages - 2>();
-            __syncthreads();  // tile i visible; every warp done with tile i − 1 and with dSᵀ
-            if (i + kStages - 1 < Tr) load_q(i + kStages - 1);
+            __syncthreads();  // tile t visible; every warp done with tile t − 1 and with dSᵀ
+            if (t + kStages - 1 < tiles.count) load_q(t + kStages - 1);
             tc::cp_async_commit();
         } else {  // steps 1–2: synchronous loads
             __syncthreads();
-            load_q(i);
+            load_q(t);
             __syncthreads();
         }
         if constexpr (Cfg::kKVInRegs)
-            if (i == i_begin) ch7::load_q_frags<W>(kf, Ks, wk, lane), ch7::load_q_frags<W>(vf, Vs, wk, lane);
-        const int q0 = i * Br;
-        const uint16_t* Qs = QdO + (i % kStages) * 2 * Br * D;
+            if (t == 0) ch7::load_q_frags<W>(kf, Ks, wk, lane), ch7::load_q_frags<W>(vf, Vs, wk, lane);
+        const int q0 = tiles.i(t) * Br;
+        const uint16_t* Qs = QdO + (t % kStages) * 2 * Br * D;
         const uint16_t* dOs = Qs + Br * D;
-        const float* Ls = LD + (i % kStages) * 2 * Br;
+        const float* Ls = LD + (t % kStages) * 2 * Br;
 
         #pragma unroll 1
         for (int c0 = 0; c0 < Br; c0 += Sub) {  // the tile's query columns, Sub at a time
             const int qc = q0 + c0;
             uint32_t Pa[1][Sub / 16][4], dSa[1][Sub / 16][4];
-            if (p.causal && wk0 > qc + Sub - 1) {  // every key of the warp after every query: P = dS = 0
+            if (p.causal && wk0 > qc + Sub - 1 + diag) {  // every key of the warp after every query: P = dS = 0
                 if constexpr (kStoreDs) {
                     #pragma unroll
                     for (int kk = 0; kk < Sub / 16; ++kk)
@@ -313,8 +360,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const BwdParams 
             float St[1][Sub / 8][4], dPt[1][Sub / 8][4];
             ch7::scores<T, W>(St, Ks, kf, Qs + c0 * D, wk, lane);    // line 10: Sᵀ = K_j Q_iᵀ
             ch7::scores<T, W>(dPt, Vs, vf, dOs + c0 * D, wk, lane);  // line 13: dPᵀ = V_j dO_iᵀ
-            if (qc + Sub > p.N || k0 + Bc > p.N || (p.causal && wk0 + 15 > qc))  // only edge tiles
-                mask_transposed<Cfg>(St, wk0, qc, p.N, p.causal, lane);
+            if (qc + Sub > p.N || k0 + Bc > p.N_k || (p.causal && wk0 + 15 > qc + diag))  // only edge tiles
+                mask_transposed<Cfg>(St, wk0, qc + diag, p.N_k, p.causal, lane);
             p_and_ds<Cfg>(St, dPt, Ls + c0, Ls + Br + c0, p.scale_log2, lane);  // lines 11, 14
             ch7::pack_p<T, W>(Pa, St);
             ch7::pack_p<T, W>(dSa, dPt);
@@ -330,18 +377,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const BwdParams 
         }
         if constexpr (kAtomicDq) {
             __syncthreads();  // dSᵀ complete: line 15 reads every warp's rows
-            dq_add<T, Cfg>(p.dQacc + head * D, dSt, Ks, q0, p.N, warp, lane);
+            dq_add<T, Cfg>(p.dQacc + tiles.bh(t) * p.N * D, dSt, Ks, q0, p.N, warp, lane);
         }
     }
     // lines 17–18: dK_j (times the softmax scale, which S carried), dV_j
-    store_acc<T, D>(p.dK + head * D, dK, p.scale, wk0, p.N, lane);
-    store_acc<T, D>(p.dV + head * D, dV, 1.0f, wk0, p.N, lane);
+    store_acc<T, D>(p.dK + kv_head_offset(p, D), dK, p.scale, wk0, p.N_k, lane);
+    store_acc<T, D>(p.dV + kv_head_offset(p, D), dV, 1.0f, wk0, p.N_k, lane);
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch
 #endif
 }
 
-/// --dq split: line 15 for one Q_i (block x of head (z, y)), looping over K_j, V_j; dQ_i in registers.
+/// --dq split: line 15 for one Q_i (block x of head (z, y)), looping over K_j, V_j of its K/V head;
+/// dQ_i in registers.
 template <class T, class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const BwdParams p) {
 #if FA_TC_SM80
@@ -358,14 +406,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const BwdParams p)
     const int q0 = int(blockIdx.x) * Br, wr = 16 * warp, wq0 = q0 + wr;
     const long long bh = (long long)blockIdx.z * p.H + blockIdx.y;
     const std::size_t head = std::size_t(bh) * std::size_t(p.N);
-    const uint16_t* Kh = p.K + head * D;
-    const uint16_t* Vh = p.V + head * D;
-    const int key_end = p.causal ? tc::min_int(p.N, q0 + Br) : p.N;
+    const std::size_t kv_head = (std::size_t(blockIdx.z) * std::size_t(p.H / p.group) + blockIdx.y / p.group) * std::size_t(p.N_k);
+    const uint16_t* Kh = p.K + kv_head * D;
+    const uint16_t* Vh = p.V + kv_head * D;
+    const int diag = p.N_k - p.N;  // row q sees keys up to q + diag (causal, bottom-right)
+    const int key_end = p.causal ? tc::max_int(0, tc::min_int(p.N_k, q0 + Br + diag)) : p.N_k;
     const int Tc = fa::ceil_div(key_end, Bc);
     auto load_kv = [&](int j) {
         uint16_t* Ks = KVs + (j % kStages) * 2 * Bc * D;
-        tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(Ks, Kh, j * Bc, p.N);
-        tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(Ks + Bc * D, Vh, j * Bc, p.N);
+        tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(Ks, Kh, j * Bc, p.N_k);
+        tc::load_tile<Bc, D, kThreads, kSwizzled, kCopy>(Ks + Bc * D, Vh, j * Bc, p.N_k);
     };
     tc::load_tile<Br, D, kThreads, kSwizzled, kCopy>(Qs, p.Q + head * D, q0, p.N);
     tc::load_tile<Br, D, kThreads, kSwizzled, kCopy>(dOs, p.dO + head * D, q0, p.N);
@@ -399,13 +449,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const BwdParams p)
             __syncthreads();
         }
         const int k0 = j * Bc;
-        if (p.causal && k0 > wq0 + 15) continue;  // every key after every row of the warp
+        if (p.causal && k0 > wq0 + 15 + diag) continue;  // every key after every row of the warp
         const uint16_t* Ks = KVs + (j % kStages) * 2 * Bc * D;
         const uint16_t* Vs = Ks + Bc * D;
         float S[1][Bc / 8][4], dP[1][Bc / 8][4];
         ch7::scores<T, W>(S, Qs, unused, Ks, wr, lane);   // line 10: S = Q_i K_jᵀ
         ch7::scores<T, W>(dP, dOs, unused, Vs, wr, lane);  // line 13: dP = dO_i V_jᵀ
-        if (k0 + Bc > p.N || (p.causal && k0 + Bc - 1 > wq0)) ch7::mask_scores<W>(S, wq0, k0, p.N, p.causal, lane);
+        if (k0 + Bc > p.N_k || (p.causal && k0 + Bc - 1 > wq0 + diag))
+            ch7::mask_scores<W>(S, wq0 + diag, k0, p.N_k, p.causal, lane);
         #pragma unroll
         for (int n = 0; n < Bc / 8; ++n)
             #pragma unroll
@@ -417,6 +468,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const BwdParams p)
         ch7::pack_p<T, W>(dSa, dP);
         ch7::accumulate_pv<T, W>(dQ, dSa, Ks, lane);  // line 15: dQ_i += dS K_j
     }
+    // step 3: no copy in flight when the block ends (rows that see no key: Q_i, dO_i never waited for)
+    if constexpr (Cfg::kCpAsync) tc::cp_async_wait<0>();
     store_acc<T, D>(p.dQ + head * D, dQ, p.scale, wq0, p.N, lane);
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch

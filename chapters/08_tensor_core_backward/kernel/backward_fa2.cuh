@@ -88,13 +88,12 @@ __device__ __forceinline__ void accumulate_cols(float (&acc)[2][Cfg::kWarpCols /
 
 #endif  // FA_TC_SM80
 
-/// Step 6: lines 5–19 for one K_j, V_j (block x of head (z, y)) with FA2's warp layout; with
-/// kAtomicDq also line 15 by atomicAdd.
+/// Step 6: lines 5–19 for one K_j, V_j (block x of K/V head (z, y)) with FA2's warp layout, summed
+/// over the query heads of the group (GroupTiles); with kAtomicDq also line 15 by atomicAdd.
 template <class T, class Cfg, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdParams p) {
 #if FA_TC_SM80
     constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, Sub = Cfg::kSub, SSub = Cfg::kSSub, kStages = Cfg::kStages;
-    constexpr int kThreads = Cfg::kThreads;
     using W = typename Cfg::Warp;         // dPᵀ: 32 keys × Sub queries
     using WS = typename Cfg::WarpS;       // Sᵀ: 32 keys × SSub queries
     using Slice = typename Cfg::Slice;
@@ -112,30 +111,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdPar
     const int k0 = int(blockIdx.x) * Bc, wk = 32 * kw, wk0 = k0 + wk;  // block's and warp's first key
     const int wq = qw * Cfg::kWarpQueries;                             // warp's first query of a tile (lines 10–14)
     const int dd0 = qw * Cfg::kWarpCols / 16;                          // its first 16-column pair of dK_j, dV_j
-    const long long bh = (long long)blockIdx.z * p.H + blockIdx.y;
-    const std::size_t head = std::size_t(bh) * std::size_t(p.N);
-    const uint16_t* Qh = p.Q + head * D;
-    const uint16_t* dOh = p.dO + head * D;
-    const float* L2h = p.L2 + bh * p.Npad;
-    const float* Dih = p.Di + bh * p.Npad;
-    const int Tr = fa::ceil_div(p.N, Br);
-    // line 8, causal: query tiles that end before key k0 see none of its keys
-    const int i_begin = p.causal ? k0 / Br : 0;
-
-    auto load_q = [&](int i) {  // line 9: Q_i, dO_i, L_i, D_i
-        uint16_t* Qs = QdO + (i % kStages) * 2 * Br * D;
-        float* Ls = LD + (i % kStages) * 2 * Br;
-        tc::load_tile<Br, D, kThreads, true, kCopy>(Qs, Qh, i * Br, p.N);
-        tc::load_tile<Br, D, kThreads, true, kCopy>(Qs + Br * D, dOh, i * Br, p.N);
-        load_row_vector<kCopy>(Ls, L2h + i * Br, Br, 0);
-        load_row_vector<kCopy>(Ls + Br, Dih + i * Br, Br, Br / 4);
-    };
-    // line 6: K_j, V_j, in the cp.async group of the first Q_i
-    tc::load_tile<Bc, D, kThreads, true, kCopy>(Ks, p.K + head * D, k0, p.N);
-    tc::load_tile<Bc, D, kThreads, true, kCopy>(Vs, p.V + head * D, k0, p.N);
+    const int diag = p.N_k - p.N;  // query q sees keys up to q + diag (causal, bottom-right)
+    const GroupTiles tiles = group_tiles(p, k0, Br);
+    auto load_q = [&](int t) { load_query_tile<Cfg, true, kCopy>(QdO, LD, p, tiles, t); };  // line 9
+    load_kv_block<Cfg, true, kCopy>(Ks, Vs, p, k0);  // line 6, in the cp.async group of the first Q_i
     #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        if (i_begin + s < Tr) load_q(i_begin + s);
+        if (s < tiles.count) load_q(s);
         tc::cp_async_commit();
     }
 
@@ -145,23 +127,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdPar
     ch7::QFrags<WS> kf;  // step 6 option: the warp's 32 rows of K_j, V_j as registers
     ch7::QFrags<W> vf;
 
-    for (int i = i_begin; i < Tr; ++i) {  // line 8
+    for (int t = 0; t < tiles.count; ++t) {  // line 8, over the group's heads
         tc::cp_async_wait<kStages - 2>();
-        __syncthreads();  // tile i visible; every warp done with tile i − 1, its Pᵀ and dSᵀ included
-        if (i + kStages - 1 < Tr) load_q(i + kStages - 1);
+        __syncthreads();  // tile t visible; every warp done with tile t − 1, its Pᵀ and dSᵀ included
+        if (t + kStages - 1 < tiles.count) load_q(t + kStages - 1);
         tc::cp_async_commit();
         if constexpr (Cfg::kKVInRegs) {  // step 6: K_j, V_j fragments loaded once
-            if (i == i_begin) ch7::load_q_frags<WS>(kf, Ks, wk, lane), ch7::load_q_frags<W>(vf, Vs, wk, lane);
+            if (t == 0) ch7::load_q_frags<WS>(kf, Ks, wk, lane), ch7::load_q_frags<W>(vf, Vs, wk, lane);
         }
-        const int q0 = i * Br;
-        const uint16_t* Qs = QdO + (i % kStages) * 2 * Br * D;
+        const int q0 = tiles.i(t) * Br;
+        const uint16_t* Qs = QdO + (t % kStages) * 2 * Br * D;
         const uint16_t* dOs = Qs + Br * D;
-        const float* Ls = LD + (i % kStages) * 2 * Br;
+        const float* Ls = LD + (t % kStages) * 2 * Br;
 
         #pragma unroll 1
         for (int pass = 0; pass < Cfg::kWarpQueries / Sub; ++pass) {  // the warp's queries, Sub at a time
             const int c0 = wq + pass * Sub, qc = q0 + c0;
-            if (p.causal && wk0 > qc + Sub - 1) {  // every key of the warp after every query: P = dS = 0
+            if (p.causal && wk0 > qc + Sub - 1 + diag) {  // every key of the warp after every query: P = dS = 0
                 uint32_t zero[2][SSub / 16][4] = {};
                 #pragma unroll
                 for (int h = 0; h < Sub / SSub; ++h) {
@@ -183,8 +165,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdPar
                     for (int n = 0; n < SSub / 8; ++n)
                         #pragma unroll
                         for (int e = 0; e < 4; ++e) dPs[mt][n][e] = dPt[mt][SSub / 8 * h + n][e];
-                if (qs + SSub > p.N || k0 + Bc > p.N || (p.causal && wk0 + 31 > qs))  // only edge tiles
-                    mask_transposed<Slice>(St, wk0, qs, p.N, p.causal, lane);
+                if (qs + SSub > p.N || k0 + Bc > p.N_k || (p.causal && wk0 + 31 > qs + diag))  // only edge tiles
+                    mask_transposed<Slice>(St, wk0, qs + diag, p.N_k, p.causal, lane);
                 p_and_ds<Slice>(St, dPs, Ls + cs, Ls + Br + cs, p.scale_log2, lane);  // lines 11, 14 (fp32 P)
                 uint32_t Pa[2][SSub / 16][4], dSa[2][SSub / 16][4];
                 ch7::pack_p<T, WS>(Pa, St);  // P and dS rounded to 16 bits here, as the mirror rounds them
@@ -202,7 +184,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdPar
             float dQ[Cfg::kDqM][2 * (Cfg::kDqCols / 16)][4];
             dq_product<T, Cfg>(dQ, dSt, Ks, warp, lane);
             accumulate_cols<T, Cfg>(dV, Pt, dOs, wk, dd0, lane, [&](int kk) {  // line 12: dV_j += Pᵀ dO_i
-                dq_atomics<Cfg, kPerStep>(p.dQacc + head * D, dQ, q0, p.N, warp, lane, kPerStep * kk);
+                dq_atomics<Cfg, kPerStep>(p.dQacc + tiles.bh(t) * p.N * D, dQ, q0, p.N, warp, lane, kPerStep * kk);
             });
         } else {
             accumulate_cols<T, Cfg>(dV, Pt, dOs, wk, dd0, lane);  // line 12: dV_j += Pᵀ dO_i
@@ -210,8 +192,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_fa2_kernel(const BwdPar
         accumulate_cols<T, Cfg>(dK, dSt, Qs, wk, dd0, lane);  // line 16: dK_j += dSᵀ Q_i
     }
     // lines 17–18: the warp's 32 keys × kWarpCols columns of dK_j (times the softmax scale) and dV_j
-    store_acc<T, D>(p.dK + head * D, dK, p.scale, wk0, p.N, lane, 16 * dd0);
-    store_acc<T, D>(p.dV + head * D, dV, 1.0f, wk0, p.N, lane, 16 * dd0);
+    store_acc<T, D>(p.dK + kv_head_offset(p, D), dK, p.scale, wk0, p.N_k, lane, 16 * dd0);
+    store_acc<T, D>(p.dV + kv_head_offset(p, D), dV, 1.0f, wk0, p.N_k, lane, 16 * dd0);
 #else
     __trap();  // compute capability < 8.0: the host refuses to launch
 #endif
