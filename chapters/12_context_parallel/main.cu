@@ -286,6 +286,9 @@ int run(fa::AttnProblem& p, const fa::RunArgs& args, const Options& o, const Env
         if (!args.no_bench) {
             t1 = timer.time(launch, args.repeat);
             fa::print_timing("T_1 (one GPU, whole sequence)", t1, s.flops_forward(), 0);
+            if (!args.csv.empty())  // written now, so that a run stopped later keeps T_1 beside its T_P rows
+                fa::append_result_csv(args.csv, {12, "one-gpu-" + ch12::compute_name(c), o.dtype, "fwd"}, s, t1,
+                                      s.flops_forward(), 0, NAN, NAN, args.no_check ? "skipped" : "PASS");
         }
     }
     std::map<int, ch7::MirrorErrors> mirrors;  // by sharding
@@ -326,9 +329,6 @@ int run(fa::AttnProblem& p, const fa::RunArgs& args, const Options& o, const Env
             print_timeline(t, s, o, args, lead, ch12::step_name(step), "fwd", P, [&](ch12::Timeline* tl) { ring.run(tl); });
         if (step == ch12::kBackward) ok &= run_backward<T>(ring, p, args, o, t, dev, lead, t1, tp, timer);
     }
-    if (lead && !args.csv.empty() && !args.no_bench)
-        fa::append_result_csv(args.csv, {12, "one-gpu-" + ch12::compute_name(c), o.dtype, "fwd"}, s, t1,
-                              s.flops_forward(), 0, NAN, NAN, args.no_check ? "skipped" : "PASS");
     if (!lead) return fa::kExitOk;
     return fa::print_verdict(args, ok);
 }

@@ -284,7 +284,7 @@ def timeline_table():
 
 # ---- step 6: the fp8 cache beside kernel 5 --------------------------------------------------------
 
-FP8_RUN = "results/ch10/h100-2026-11-27-fp8"     # tools/bench_decoding.sh with kernel 6 in the ladder
+FP8_RUN = "results/ch10/h100-2026-11-28-fp8-f16"  # tools/bench_decoding.sh with kernel 6 in the ladder
 FP8_CSV = FP8_RUN + "/decoding.csv"
 
 
