@@ -6,14 +6,16 @@
 // keys), the pieces of dQ_i the two consumers compute (each 64 x 64 block once), the ring of
 // Q_i/dO_i buffers and the hand-off of dQ_i to the dQ warp in random interleavings (every tile read
 // from its buffer, nothing overwritten before it is read, every barrier balanced), and the
-// argument checks.
+// argument checks; step 6's order of dQ's adds (every adder has one turn, a block waits only for
+// blocks the hardware starts before it, and the order is the one the blocks arrive in).
 // [gpu][sm90] (compute capability 9.0 only; elsewhere tests/main.cpp skips them visibly): every
 // step on N ∈ {1, 97, 300, 1000, 4097} (small mode: 1, 97, 300), causal and not, D = 64 and 128, bf16 and
 // fp16, B·H > 1, and large scores, against the float64 reference with the 2× rule (chapter 8's
-// mirror) with outputs poisoned. Every launch is waited for with a time limit (gpu_wait.h).
+// mirror) with outputs poisoned; step 6's gradients the same bit for bit over five runs. Every launch is waited for with a time limit (gpu_wait.h).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
@@ -43,7 +45,7 @@ void check_config() {
     CHECK(Cfg::kOffV == Cfg::kOffK + 2 * Cfg::Bc * Cfg::D);
     CHECK(Cfg::kOffQ == Cfg::kOffV + 2 * Cfg::Bc * Cfg::D);
     CHECK(Cfg::kOffDs == Cfg::kOffQ + Cfg::kStages * 4 * Cfg::Br * Cfg::D);
-    CHECK(Cfg::kOffDq == Cfg::kOffDs + (Cfg::kStep == 5 ? 2 : 1) * 2 * Cfg::Bc * Cfg::Br);  // step 5: two dSᵀ
+    CHECK(Cfg::kOffDq == Cfg::kOffDs + (Cfg::kStep >= 5 ? 2 : 1) * 2 * Cfg::Bc * Cfg::Br);  // step 5: two dSᵀ
     CHECK(Cfg::kOffLD == Cfg::kOffDq + (Cfg::kDqBulk ? Cfg::Br * Cfg::D * 4 : 0));
     CHECK(Cfg::kOffBars == Cfg::kOffLD + Cfg::kStages * 8 * Cfg::Br);
     for (int off : {Cfg::kOffK, Cfg::kOffV, Cfg::kOffQ, Cfg::kOffDs, Cfg::kOffDq}) CHECK(off % 1024 == 0);
@@ -75,6 +77,8 @@ TEST_CASE("step configurations: threads, shared-memory regions in order and alig
     check_config<ch11::BwdConfig<5, 128, 64, 2, ch11::kAfterDk>>();
     check_config<ch11::BwdConfig<5, 128, 64, 2, ch11::kUnderNextSt>>();
     check_config<ch11::BwdConfig<5, 128, 64, 2, ch11::kBeforeDk>>();
+    check_config<ch11::Step6Config<64>>();
+    check_config<ch11::Step6Config<128>>();
     // setmaxnreg: the producer's and consumers' registers add up to what the block was launched with
     using C = ch11::LadderConfig<3, 128>;
     CHECK(128 * C::kProducerRegs + 256 * C::kConsumerRegs == 384 * 168);
@@ -233,11 +237,61 @@ TEST_CASE("ring of Q_i, dO_i, L_i, D_i (steps 2-4) and dQ_i's hand-off (step 4, 
             }
 }
 
+// Step 6's protocol, as the blocks run it: block x of a head takes key block key_block_of(x), visits
+// its query tiles in order, and at each waits for its turn (dq_turn) on the tile's counter. Checked:
+// the adders of a tile hold the turns 0..dq_adders − 1 once each; the block a turn waits for has a
+// lower grid index (the hardware starts it earlier, so a waiting block never holds an SM its
+// predecessor needs); and if every block ran one tile per unit of time from the start, the turns
+// would be taken in the order the blocks arrive (no waiting in steady state).
+TEST_CASE("step 6: every adder of a query tile has one turn, waits only for blocks started before it, in the order "
+          "they arrive", "[cpu][chapter11]") {
+    const int Bc = 128;
+    for (int Br : {64, 128})
+        for (int N : {1, 64, 65, 128, 129, 300, 1000, 4097})
+            for (bool causal : {false, true}) {
+                const int Tc = (N + Bc - 1) / Bc, Tr = (N + Br - 1) / Br;
+                std::map<int, std::map<int, std::pair<int, int>>> by_turn;  // tile -> turn -> (grid index, arrival)
+                for (int x = 0; x < Tc; ++x) {
+                    const int j = ch11::key_block_of(x, Tc, causal);
+                    const int first = ch11::first_query_tile(j * Bc, Br, causal);
+                    for (int n = 0; n < ch11::query_tiles(N, j * Bc, Br, causal); ++n) {
+                        const int i = first + n, turn = ch11::dq_turn(j, i, N, Br, Bc, causal);
+                        INFO("B_r " << Br << " N " << N << " causal " << causal << " key block " << j << " tile " << i);
+                        CHECK(by_turn[i].count(turn) == 0);
+                        by_turn[i][turn] = {x, n};
+                    }
+                }
+                for (int i = 0; i < Tr; ++i) {
+                    INFO("B_r " << Br << " N " << N << " causal " << causal << " tile " << i);
+                    const auto& turns = by_turn[i];
+                    REQUIRE(int(turns.size()) == ch11::dq_adders(i, N, Br, Bc, causal));
+                    int t = 0;
+                    for (const auto& [turn, who] : turns) {
+                        CHECK(turn == t);
+                        if (t > 0) {
+                            CHECK(turns.at(t - 1).first < who.first);    // waits for a block started earlier
+                            CHECK(turns.at(t - 1).second <= who.second);  // which arrives no later
+                        }
+                        ++t;
+                    }
+                }
+                // counters: one per (head, tile, consumer), distinct and dense
+                std::set<int> seen;
+                for (int bh = 0; bh < 3; ++bh)
+                    for (int i = 0; i < Tr; ++i)
+                        for (int c = 0; c < 2; ++c) seen.insert(ch11::dq_counter(bh, i, c, Tr));
+                CHECK(int(seen.size()) == 3 * Tr * 2);
+                CHECK(*seen.rbegin() == 3 * Tr * 2 - 1);
+            }
+}
+
 TEST_CASE("unsupported shapes, kernels and devices get one clear reason", "[cpu][chapter11]") {
     CHECK(ch11::unsupported_reason(1, fa::make_shape(1, 1, 100, 64, false)).empty());
     CHECK(ch11::unsupported_reason(4, fa::make_shape(2, 3, 1, 128, true)).empty());
     CHECK(ch11::unsupported_reason(0, fa::make_shape(1, 1, 100, 64, false)).find("does not exist") != std::string::npos);
-    CHECK(ch11::unsupported_reason(6, fa::make_shape(1, 1, 100, 64, false)).find("does not exist") != std::string::npos);
+    CHECK(ch11::unsupported_reason(6, fa::make_shape(1, 1, 100, 64, false)).empty());
+    CHECK(ch11::unsupported_reason(7, fa::make_shape(1, 1, 100, 64, false)).find("does not exist") != std::string::npos);
+    CHECK(ch11::unsupported_reason(6, fa::make_shape(1, 1, 100, 64, false), 0).find("only kernel 5") != std::string::npos);
     CHECK(ch11::unsupported_reason(4, fa::make_shape(1, 1, 100, 96, false)).find("head dim 96") != std::string::npos);
     CHECK(ch11::unsupported_reason(5, fa::make_shape(1, 1, 100, 64, false), 1).empty());
     CHECK(ch11::unsupported_reason(5, fa::make_shape(1, 1, 100, 64, false), 3).find("candidate 3") != std::string::npos);
@@ -245,6 +299,9 @@ TEST_CASE("unsupported shapes, kernels and devices get one clear reason", "[cpu]
     CHECK(ch11::tuning_candidates(64).size() == 3);
     CHECK(ch11::tuning_candidates(96).empty());
     for (int k = 0; k < 3; ++k) CHECK(ch11::tiles(5, 128, k).line15 == k);  // Step5Tiles lists Line15's places in order
+    for (int D : {64, 128}) CHECK(ch11::tiles(6, D).line15 == ch11::tiles(5, D).line15);  // step 6: step 5's default
+    CHECK(ch11::dq_counter_ints(fa::make_shape(2, 3, 129, 128, false)) == 2 * 3 * 3 * 2);  // B_r = 64: 3 tiles
+    CHECK(ch11::dq_counter_ints(fa::make_shape(2, 3, 129, 64, true)) == 2 * 3 * 2 * 2);    // B_r = 128: 2 tiles
     fa::DeviceInfo ampere;
     ampere.name = "A100";
     ampere.cc_major = 8, ampere.cc_minor = 0;
@@ -273,12 +330,14 @@ struct GpuCase {
     std::vector<float> dO;
     fa::DeviceBuffer<T> Q, K, V, dOd, O, dQ, dK, dV;
     fa::DeviceBuffer<float> L, ws;
+    fa::DeviceBuffer<int> counters;  // step 6
     ch6::SampledBackward ref;
     ch8::MirrorErrors mirror;
     GpuCase(const fa::AttnShape& s, std::uint64_t seed, double magnitude)
         : p(fa::make_problem(s, seed, magnitude)), dO(ch6::make_upstream_gradient(s, seed)), Q(s.elements()),
           K(s.elements()), V(s.elements()), dOd(s.elements()), O(s.elements()), dQ(s.elements()), dK(s.elements()),
-          dV(s.elements()), L(s.rows()), ws(ch8::workspace_floats(s, ch8::kAtomic)) {
+          dV(s.elements()), L(s.rows()), ws(ch8::workspace_floats(s, ch8::kAtomic)),
+          counters(ch11::dq_counter_ints(s)) {
         fa::round_inputs_to<T>(p);
         fa::round_to<T>(dO);
         Q.upload(fa::convert_from_float<T>(p.Q)), K.upload(fa::convert_from_float<T>(p.K));
@@ -289,15 +348,21 @@ struct GpuCase {
         ref = ch6::sampled_backward_reference(p, dO.data());
         mirror = ch8::mirror_errors<T>(p, dO, fa::convert_to_float(O.download()), L.download(), ref);
     }
-    ch7::RuleVerdict run(int variant, int candidate) {
+    /// The backward by `variant`, its outputs and workspace poisoned first (the counters too: the
+    /// preprocess must zero them); dQ, dK, dV as floats.
+    std::vector<std::vector<float>> gradients(int variant, int candidate) {
         const fa::AttnShape& s = p.shape;
-        dQ.poison(), dK.poison(), dV.poison(), ws.poison();
+        dQ.poison(), dK.poison(), dV.poison(), ws.poison(), counters.poison();
         const ch8::BwdTensors<T> t{Q.get(), K.get(), V.get(), O.get(), dOd.get(), L.get(), dQ.get(), dK.get(), dV.get()};
-        ch11::backward<T>(variant, s, t, ch8::split_workspace(ws.get(), s, ch8::kAtomic), candidate);
+        ch11::backward<T>(variant, s, t, ch8::split_workspace(ws.get(), s, ch8::kAtomic), candidate, counters.get());
         fa::test::finish_or_stop("chapter11_test", "kernel " + ch11::variant_name(variant) + " candidate " +
                                                        std::to_string(candidate) + " on " + s.str());
-        const std::vector<float> q = fa::convert_to_float(dQ.download()), k = fa::convert_to_float(dK.download()),
-                                 v = fa::convert_to_float(dV.download());
+        return {fa::convert_to_float(dQ.download()), fa::convert_to_float(dK.download()),
+                fa::convert_to_float(dV.download())};
+    }
+    ch7::RuleVerdict run(int variant, int candidate) {
+        const std::vector<std::vector<float>> g = gradients(variant, candidate);
+        const std::vector<float>&q = g[0], &k = g[1], &v = g[2];
         return ch8::low_precision_rule(ch6::check_backward(ref, q.data(), k.data(), v.data(), ch8::rule_tolerance(mirror)),
                                        mirror);
     }
@@ -342,9 +407,30 @@ FA_CH11_STEP_TEST(2)
 FA_CH11_STEP_TEST(3)
 FA_CH11_STEP_TEST(4)
 FA_CH11_STEP_TEST(5)  // every candidate
+FA_CH11_STEP_TEST(6)
 
 TEST_CASE("every kernel with large scores (magnitude 8), bf16 and fp16 (2x rule)", "[gpu][sm90][chapter11]") {
     REQUIRE(have_sm90());
-    check_steps<__nv_bfloat16>({1, 2, 3, 4, 5}, 8.0);
-    check_steps<__half>({1, 2, 3, 4, 5}, 8.0);
+    check_steps<__nv_bfloat16>({1, 2, 3, 4, 5, 6}, 8.0);
+    check_steps<__half>({1, 2, 3, 4, 5, 6}, 8.0);
+}
+
+// Step 6's promise: dQ the same bit for bit in every run, on shapes where many key blocks add to
+// each query tile (and, causal, to different numbers of tiles), with B·H > 1.
+TEST_CASE("kernel 6: dQ, dK, dV the same bit for bit in five runs, causal and not, D 64 and 128", "[gpu][sm90][chapter11][v6]") {
+    REQUIRE(have_sm90());
+    const bool small = fa::test::small_shapes();
+    for (bool causal : {false, true})
+        for (int D : {64, 128}) {
+            const fa::AttnShape s = fa::make_shape(2, 3, small ? 1000 : 4097, D, causal);
+            GpuCase<__nv_bfloat16> c(s, 29, 1.0);
+            const std::vector<std::vector<float>> first = c.gradients(ch11::kDeterministic, -1);
+            for (int run = 1; run < 5; ++run) {
+                const std::vector<std::vector<float>> again = c.gradients(ch11::kDeterministic, -1);
+                for (int g = 0; g < 3; ++g) {
+                    INFO(s.str() << " run " << run << " gradient " << "QKV"[g]);
+                    CHECK(std::memcmp(first[g].data(), again[g].data(), first[g].size() * sizeof(float)) == 0);
+                }
+            }
+        }
 }

@@ -24,9 +24,10 @@ enum Variant : int {
     kSpecialized = 3,  ///< + a producer warpgroup, two consumer warpgroups, setmaxnreg
     kDqTma = 4,        ///< + dQ staged in shared memory and added by TMA reduce-adds of one warp
     kOverlap = 5,      ///< + the exponentials and dSᵀ under the products (wgmma.wait_group 1)
+    kDeterministic = 6,  ///< + dQ's adds in a fixed order: the same dQ bit for bit in every run
 };
 constexpr int kFirstVariant = kWgmma;
-constexpr int kLastVariant = kOverlap;
+constexpr int kLastVariant = kDeterministic;
 
 /// Short name of a variant, e.g. "2-tma" (printouts and result files).
 std::string variant_name(int variant);
@@ -58,18 +59,22 @@ std::string device_unsupported_reason(const fa::DeviceInfo& d);
 template <class T>
 fa::KernelResources kernel_resources(int variant, int D, int candidate = -1);
 
+/// Step 6's turn counters of dQ's adds: one per (head, query tile, consumer warpgroup), O(N).
+std::size_t dq_counter_ints(const fa::AttnShape& s);
+
 /// The whole backward on the default stream: chapter 8's preprocess (D_i, L·log2 e, the dQ
-/// workspace zeroed), this chapter's dK/dV kernel (which adds dQ into the workspace), chapter 8's
-/// conversion of the workspace to dQ. The workspace is chapter 8's for --dq atomic
-/// (ch8::workspace_floats(s, ch8::kAtomic)). Exits with a message if the shape is unsupported.
+/// workspace zeroed; step 6: the counters too), this chapter's dK/dV kernel (which adds dQ into the
+/// workspace), chapter 8's conversion of the workspace to dQ. The workspace is chapter 8's for
+/// --dq atomic (ch8::workspace_floats(s, ch8::kAtomic)); step 6 also takes dq_counter_ints(s) ints
+/// (`dq_counters`, unused before step 6). Exits with a message if the shape is unsupported.
 template <class T>
 void backward(int variant, const fa::AttnShape& s, const ch8::BwdTensors<T>& t, const ch8::Workspace& w,
-              int candidate = -1);
+              int candidate = -1, int* dq_counters = nullptr);
 
 /// The parts of backward(), for timing each on its own: 0 preprocess and zeroing, 1 dK/dV kernel,
 /// 2 the dQ conversion.
 template <class T>
 void backward_part(int part, int variant, const fa::AttnShape& s, const ch8::BwdTensors<T>& t,
-                   const ch8::Workspace& w, int candidate = -1);
+                   const ch8::Workspace& w, int candidate = -1, int* dq_counters = nullptr);
 
 }  // namespace ch11

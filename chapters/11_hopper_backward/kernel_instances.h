@@ -24,6 +24,7 @@ const std::vector<KernelEntry>& ladder_kernels() {
         for (const KernelEntry& c : fa::entries_of<KernelEntry>(typename Step5Tiles<D>::List{},
                                                                  [](auto cfg) { return entry_of<T, decltype(cfg)>(); }))
             e.push_back(c);
+        e.push_back(entry_of<T, Step6Config<D>>());
         return e;
     }();
     return entries;

@@ -18,7 +18,8 @@
 namespace ch11 {
 
 std::string variant_name(int variant) {
-    static const char* names[] = {"1-wgmma", "2-tma", "3-warp-specialized", "4-dq-tma-reduce", "5-overlap"};
+    static const char* names[] = {"1-wgmma",         "2-tma",     "3-warp-specialized",
+                                  "4-dq-tma-reduce", "5-overlap", "6-deterministic"};
     if (variant < kFirstVariant || variant > kLastVariant) return "unknown";
     return names[variant - 1];
 }
@@ -81,8 +82,10 @@ fa::KernelResources kernel_resources(int variant, int D, int candidate) {
 
 namespace {
 
-void require_supported(int variant, const fa::AttnShape& s, int candidate) {
-    const std::string why = unsupported_reason(variant, s, candidate);
+void require_supported(int variant, const fa::AttnShape& s, int candidate, const int* dq_counters) {
+    std::string why = unsupported_reason(variant, s, candidate);
+    if (why.empty() && variant == kDeterministic && dq_counters == nullptr)
+        why = "kernel 6 needs its dQ turn counters (dq_counter_ints(s) ints, the last argument)";
     if (!why.empty()) {
         std::fprintf(stderr, "ch11::backward: %s\n", why.c_str());
         std::exit(fa::kExitBadInput);
@@ -110,41 +113,53 @@ CUtensorMap workspace_map(float* dQacc, const fa::AttnShape& s) {
 }
 
 /// The dK/dV kernel: a block per K_j, V_j of each head, (T_c, H, B), blocks with the most query
-/// tiles (causal: the first key blocks) first.
+/// tiles (causal: the first key blocks) first, except in step 6 (key_block_of).
 template <class T>
-void launch_dkdv(const KernelEntry& e, const fa::AttnShape& s, const ch8::BwdTensors<T>& t, const ch8::BwdParams& p) {
+void launch_dkdv(const KernelEntry& e, const fa::AttnShape& s, const ch8::BwdTensors<T>& t, const ch8::BwdParams& p,
+                 int* dq_counters) {
     fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.tiles.smem_bytes), "chapter 11 dK/dV kernel");
     const CUtensorMap mq = ch9::tensor_map(t.Q, s, e.tiles.Br), mk = ch9::tensor_map(t.K, s, e.tiles.Bc),
                       mv = ch9::tensor_map(t.V, s, e.tiles.Bc), mdo = ch9::tensor_map(t.dO, s, e.tiles.Br),
                       mdq = workspace_map(p.dQacc, s);
     const dim3 grid(unsigned(fa::ceil_div(s.N, e.tiles.Bc)), unsigned(s.H), unsigned(s.B));
-    e.kernel<<<grid, e.tiles.threads, e.tiles.smem_bytes>>>(p, mq, mk, mv, mdo, mdq);
+    e.kernel<<<grid, e.tiles.threads, e.tiles.smem_bytes>>>(p, mq, mk, mv, mdo, mdq, dq_counters);
     CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
+std::size_t dq_counter_ints(const fa::AttnShape& s) {
+    if (!HeadDims::has(s.D)) return 0;
+    const int Br = tiles(kDeterministic, s.D).Br;
+    return s.heads_total() * std::size_t(fa::ceil_div(s.N, Br)) * 2;  // bwd_hopper_config.h, dq_counter
+}
+
 template <class T>
 void backward_part(int part, int variant, const fa::AttnShape& s, const ch8::BwdTensors<T>& t,
-                   const ch8::Workspace& w, int candidate) {
-    require_supported(variant, s, candidate);
-    if (part == 1)
-        launch_dkdv<T>(kernel_entry<T>(variant, s.D, candidate), s, t, ch8::make_params(s, t, w));
-    else  // chapter 8's preprocess (part 0) or conversion (part 2), the same for all its kernels
-        ch8::backward_part<T>(part, ch8::kFa2Layout, ch8::kAtomic, s, t, w);
+                   const ch8::Workspace& w, int candidate, int* dq_counters) {
+    require_supported(variant, s, candidate, dq_counters);
+    if (part == 1) {
+        launch_dkdv<T>(kernel_entry<T>(variant, s.D, candidate), s, t, ch8::make_params(s, t, w), dq_counters);
+        return;
+    }
+    // chapter 8's preprocess (part 0) or conversion (part 2), the same for all its kernels
+    ch8::backward_part<T>(part, ch8::kFa2Layout, ch8::kAtomic, s, t, w);
+    if (part == 0 && variant == kDeterministic)  // step 6: every turn starts at 0
+        CUDA_CHECK(cudaMemsetAsync(dq_counters, 0, dq_counter_ints(s) * sizeof(int)));
 }
 
 template <class T>
 void backward(int variant, const fa::AttnShape& s, const ch8::BwdTensors<T>& t, const ch8::Workspace& w,
-              int candidate) {
-    for (int part = 0; part < 3; ++part) backward_part<T>(part, variant, s, t, w, candidate);
+              int candidate, int* dq_counters) {
+    for (int part = 0; part < 3; ++part) backward_part<T>(part, variant, s, t, w, candidate, dq_counters);
 }
 
 #define FA_CH11_INSTANTIATE_API(T)                                                                                \
     template fa::KernelResources kernel_resources<T>(int, int, int);                                              \
-    template void backward<T>(int, const fa::AttnShape&, const ch8::BwdTensors<T>&, const ch8::Workspace&, int); \
+    template void backward<T>(int, const fa::AttnShape&, const ch8::BwdTensors<T>&, const ch8::Workspace&, int,    \
+                              int*);                                                                                \
     template void backward_part<T>(int, int, const fa::AttnShape&, const ch8::BwdTensors<T>&, const ch8::Workspace&, \
-                                   int);
+                                   int, int*);
 FA_CH11_INSTANTIATE_API(__half)
 FA_CH11_INSTANTIATE_API(__nv_bfloat16)
 

@@ -5,6 +5,7 @@
   ch11-candidates  step 5's three candidates (where line 15 sits among the products)
   ch11-cudnn       step 5 beside PyTorch's flash (FlashAttention-2) and cuDNN backends, N = 8192,
                    bf16 and fp16, on one GPU
+  ch11-step6       step 6 (dQ's adds in a fixed order) beside step 5, run alternately, from the logs
 
 Sources: results/ch11/ladder.csv (`./chapter11 --ladder --sweep --csv`, bf16), results/ch11/shapes.csv
 (`./chapter11 --csv` in fp16) and tools/pytorch_backward.py's logs from the same machine, each CSV
@@ -187,7 +188,40 @@ def pytorch_rows():
             ["chapter 11, step 5", "flash (FlashAttention-2)", "%s at D=64 and 128" % common.span(fa2), shapes, run]]
 
 
+STEP6_RUN = "results/ch11/h100-2026-11-28-step6"
+STEP6_COMMAND = ("./chapter11 --kernel K --seq 8192 --batch 2 --heads 16 --dim 128 [--causal] --no-check --repeat 10 "
+                 "(K = 5, 6, 5, 6)")
+TIME = re.compile(r"^  time\s+median\s+([\d.]+) ms.*?([\d.]+) TF/s")
+
+
+def run_medians(rel):
+    """The `time` lines' (ms, TF/s) of every run a log holds (one per program run)."""
+    with open(common.path(rel)) as f:
+        out = [(float(m.group(1)), float(m.group(2))) for m in map(TIME.match, f) if m]
+    if not out:
+        raise common.TableError("%s: no time line" % rel)
+    return out
+
+
+def step6_table():
+    gpu, driver, cuda, _, date = common.env_of(STEP6_RUN)
+    body = []
+    for causal in ("", "--causal"):
+        runs = {k: run_medians("%s/time-k%d%s.txt" % (STEP6_RUN, k, causal)) for k in (5, 6)}
+        t5 = sum(t for _, t in runs[5]) / len(runs[5])
+        t6 = sum(t for _, t in runs[6]) / len(runs[6])
+        body.append(["yes" if causal else "no", " / ".join("%.0f" % t for _, t in runs[5]),
+                     " / ".join("%.0f" % t for _, t in runs[6]), "%.1f%%" % (100 * (t5 - t6) / t5)])
+    line = ("%s (driver %s, CUDA %s), %s, `%s`; logs: %s. bf16, D = 128, N = 8192, B = 2, H = 16; TF/s of each "
+            "program run (the median of 10), the cost from their means"
+            % (gpu, driver, cuda, date, STEP6_COMMAND,
+               ", ".join(common.link("%s/time-k%d%s.txt" % (STEP6_RUN, k, c), DOC_DIR)
+                         for c in ("", "--causal") for k in (5, 6))))
+    return line + "\n\n" + common.md_table(["causal", "step 5 TF/s", "step 6 TF/s", "cost of the order"], body)
+
+
 TABLES = {
+    "ch11-step6": step6_table,
     "ch11-ladder": ladder_table,
     "ch11-candidates": candidates_table,
     "ch11-cudnn": cudnn_table,

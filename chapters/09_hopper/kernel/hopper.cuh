@@ -337,6 +337,24 @@ __device__ __forceinline__ void tma_reduce_add_3d(const void* map, const void* s
 /// memory (its writes to global memory may still be on their way; tma_store_wait waits for those).
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 
+// ---- counters between blocks (chapter 11, step 6) ----------------------------------------------
+/// ld.acquire.gpu: reads a counter another block advances; this thread's later memory accesses are
+/// ordered after the read (they see what the block that advanced it wrote before its release).
+__device__ __forceinline__ int ld_acquire_gpu(const int* counter) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+    return v;
+}
+/// red.release.gpu.add: advances the counter by `n` after this thread's earlier writes are visible
+/// GPU-wide.
+__device__ __forceinline__ void red_release_gpu_add(int* counter, int n) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter), "r"(n) : "memory");
+}
+/// fence.proxy.async.global: orders this thread's ordinary (generic proxy) accesses to global memory
+/// with its TMA (async proxy) ones, both ways: a TMA reduce-add issued after an acquire, and a
+/// release after a completed TMA reduce-add, keep their order.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
 #endif  // FA_SM90A
 
 }  // namespace tc::hopper

@@ -1,4 +1,4 @@
-// Chapter 11: the dK/dV kernels of steps 1–5 at head dim 64 (kernel_instances.h).
+// Chapter 11: the dK/dV kernels of steps 1–6 at head dim 64 (kernel_instances.h).
 #include "../kernel_instances.h"
 
 namespace ch11 {

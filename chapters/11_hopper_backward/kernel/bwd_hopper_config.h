@@ -75,6 +75,35 @@ constexpr int kDqHandoffThreads = 128 + 32;
 FA_HOST_DEVICE constexpr bool dq_writer_frees(int n, int count) { return n < count - 1; }
 FA_HOST_DEVICE constexpr bool consumer_waits_dq_free(int n) { return n > 0; }
 
+// ---- step 6: dQ_i's adds in a fixed order (the deterministic mode) ------------------------------
+// Floating-point addition is not associative: from step 4 on, the key blocks' dQ_i contributions
+// reach the fp32 workspace in whatever order the blocks arrive, so two runs may differ in the last
+// bits of dQ. Step 6 numbers the blocks that add to query tile i (their "turns") and makes the dQ
+// warp of turn t wait until turn t − 1's adds have completed: a counter per (head, query tile,
+// consumer) in global memory, read with acquire and advanced with release. The order follows the
+// blocks' natural arrival, so that in steady state no block waits: without the mask every block
+// starts at query tile 0 and they arrive in the order of their key blocks; with it, key block j
+// starts at tile first_query_tile(j·B_c), so at tile i the block that starts there arrives first,
+// and the blocks that started earlier come after it, the latest key block first.
+
+/// Key blocks whose dQ contributions reach query tile i (Algorithm 2 line 8: those whose keys some
+/// row of the tile sees): all T_c without the mask, with it those starting before the tile's end.
+FA_HOST_DEVICE constexpr int dq_adders(int i, int N, int Br, int Bc, bool causal) {
+    const int Tc = (N + Bc - 1) / Bc, seen = ((i + 1) * Br + Bc - 1) / Bc;
+    return causal && seen < Tc ? seen : Tc;
+}
+/// The turn of key block j at query tile i (0 adds first): j without the mask, the reverse with it.
+FA_HOST_DEVICE constexpr int dq_turn(int j, int i, int N, int Br, int Bc, bool causal) {
+    return causal ? dq_adders(i, N, Br, Bc, causal) - 1 - j : j;
+}
+/// The key block that block x of the grid (of T_c along x) takes. A block waits only for turns
+/// before its own, and the hardware starts a grid's blocks in the order of their index, so the
+/// blocks it waits for must have lower indices (or, were they not yet started, the waiting blocks
+/// could hold every SM): with the mask, step 6 runs the key blocks last to first.
+FA_HOST_DEVICE constexpr int key_block_of(int x, int Tc, bool reversed) { return reversed ? Tc - 1 - x : x; }
+/// The counter of (head bh, query tile i, consumer c) among B·H · T_r · 2.
+FA_HOST_DEVICE constexpr int dq_counter(int bh, int i, int c, int Tr) { return (bh * Tr + i) * 2 + c; }
+
 /// Where line 15 (dQ_i += dS K_j) sits among a query tile's products: step 5's candidates
 /// (Step5Tiles). Steps 1–4 use kAfterDk.
 enum Line15 : int {
@@ -100,6 +129,8 @@ enum Line15 : int {
 ///   5  overlap: inside a consumer, the exponentials of Pᵀ run while dPᵀ is still on the tensor
 ///      cores, and dSᵀ while dV_j += Pᵀ dO_i is (wgmma.wait_group 1); dSᵀ in two buffers taken in
 ///      turn; `L15` (a candidate of Step5Tiles) places line 15 among the products (Line15)
+///   6  deterministic: step 5's tuned candidate with each query tile's dQ adds in a fixed order
+///      of the key blocks (dq_turn), the next waiting for the last to complete
 /// Every step: B_c = 128 keys per block, 64 per consumer warpgroup (each owns its rows of dK_j,
 /// dV_j); B_r query rows per tile (64 at D = 128, 128 at D = 64).
 template <int Step, int D_, int Br_, int Stages, int L15 = kAfterDk>
@@ -114,6 +145,7 @@ struct BwdConfig {
     static constexpr bool kProducer = Step >= 3;  ///< step 3: a producer warpgroup
     static constexpr bool kDqBulk = Step >= 4;    ///< step 4: dQ by TMA reduce-add
     static constexpr bool kOverlap = Step >= 5;   ///< step 5: softmax arithmetic under the products
+    static constexpr bool kDeterministic = Step >= 6;  ///< step 6: dQ_i's adds in the order of dq_turn
     static constexpr int kDsBuffers = kOverlap ? 2 : 1;  ///< step 5: dSᵀ tiles taken in turn
     static constexpr int kLine15 = L15;  ///< step 5 candidate: where line 15 sits (Line15)
     static constexpr bool kPipelineDq = L15 == kUnderNextSt;
@@ -146,8 +178,8 @@ struct BwdConfig {
     /// consumers copy those: hopper_backward.cuh, ld_value).
     static constexpr int kStageBytes = 2 * kQTileBytes + (kProducer ? 0 : 2 * Br * 4);
 
-    static_assert(Step >= 1 && Step <= 5, "BwdConfig: steps 1..5");
-    static_assert(L15 == kAfterDk || Step == 5, "BwdConfig: moving line 15 is a step 5 candidate");
+    static_assert(Step >= 1 && Step <= 6, "BwdConfig: steps 1..6");
+    static_assert(L15 == kAfterDk || Step >= 5, "BwdConfig: moving line 15 is a step 5 candidate");
     static_assert(L15 >= kAfterDk && L15 <= kBeforeDk, "BwdConfig: Line15 has three places");
     static_assert(D == 64 || D == 128, "BwdConfig: head dim 64 or 128");
     static_assert(Br == 64 || Br == 128, "BwdConfig: B_r is the N of a wgmma: 64 or 128");
@@ -184,9 +216,15 @@ using LadderConfig = BwdConfig<Step, D, kLadderBr<D>, kLadderStages>;
 /// line 16 holds dQ_i's accumulators beside dSᵀ's A fragments (192 of 240 registers at D = 128).
 /// The defaults are the fastest of `./chapter11 --sweep` at N = 8192 (README, "Step 5").
 template <int D>
+constexpr int kTunedLine15 = D == 64 ? kAfterDk : kBeforeDk;
+template <int D>
 struct Step5Tiles : fa::Tuning<fa::ConfigList<BwdConfig<5, D, kLadderBr<D>, kLadderStages, kAfterDk>,
                                               BwdConfig<5, D, kLadderBr<D>, kLadderStages, kUnderNextSt>,
                                               BwdConfig<5, D, kLadderBr<D>, kLadderStages, kBeforeDk>>,
-                               D == 64 ? kAfterDk : kBeforeDk> {};
+                               kTunedLine15<D>> {};  // the list is in Line15's order: index = place
+
+/// Step 6: step 5's tuned candidate, its dQ adds in order.
+template <int D>
+using Step6Config = BwdConfig<6, D, kLadderBr<D>, kLadderStages, kTunedLine15<D>>;
 
 }  // namespace ch11

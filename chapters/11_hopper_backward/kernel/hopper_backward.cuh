@@ -195,19 +195,43 @@ __device__ __forceinline__ void stage_dq(float* dQs, const float (&dQ)[Cfg::kDqP
     tc::hopper::fence_proxy_async();
 }
 
+/// Step 6: query tile i's turn order (bwd_hopper_config.h, dq_turn). Lane 0 of a dQ warp waits
+/// until the adds of every turn before this block's have completed.
+struct DqOrder {
+    int* counters;  ///< dq_counter(bh, i, c, T_r) of them, zeroed before the launch
+    int j, N, Tr;   ///< this block's key block; the sequence length and its query tiles
+    bool causal;
+};
+
+template <class Cfg>
+__device__ __forceinline__ void wait_turn(const DqOrder& o, int* counter, int i) {
+    const int turn = dq_turn(o.j, i, o.N, Cfg::Br, Cfg::Bc, o.causal);
+    while (tc::hopper::ld_acquire_gpu(counter) < turn) {
+    }
+    tc::hopper::fence_proxy_async_global();  // this block's reduce-adds after the acquire
+}
+/// ... and once this block's adds have completed (not only read the staging), passes the turn on.
+__device__ __forceinline__ void pass_turn(int* counter) {
+    tc::hopper::tma_store_wait();
+    tc::hopper::fence_proxy_async_global();  // the completed reduce-adds before the release
+    tc::hopper::red_release_gpu_add(counter, 1);
+}
+
 /// Step 4, the dQ warp of consumer c (a warp of the producer warpgroup): for each query tile the
 /// block visits, waits until the consumer has staged its pieces of dQ_i, and one lane has the TMA
 /// add them to the workspace (two boxes of 64 rows × 32 columns per piece; rows past N lie outside
 /// the tensor map and are not added), waits until the copies have read the staging, and hands it
-/// back.
+/// back. Step 6: the adds wait for the tile's turn, and pass it on once complete.
 template <class Cfg>
 __device__ __forceinline__ void dq_writer(const CUtensorMap* map_dq, const float* dQs, int i_begin, int count, int bh,
-                                          int c, int lane) {
+                                          int c, int lane, const DqOrder& order) {
     using namespace tc::hopper;
     constexpr int D = Cfg::D, Br = Cfg::Br;
     for (int n = 0; n < count; ++n) {
         named_barrier_sync(dq_full_barrier(c), kDqHandoffThreads);
         if (lane == 0) {
+            int* counter = order.counters + dq_counter(bh, i_begin + n, c, order.Tr);
+            if constexpr (Cfg::kDeterministic) wait_turn<Cfg>(order, counter, i_begin + n);
             #pragma unroll
             for (int k = 0; k < Cfg::kDqPieces; ++k) {
                 const int piece = c * Cfg::kDqPieces + k;
@@ -218,7 +242,10 @@ __device__ __forceinline__ void dq_writer(const CUtensorMap* map_dq, const float
                                       64 * dq_piece_cols(c, k, Br, D) + b * kAtomColsF32, row, bh);
             }
             tma_store_commit();
-            bulk_wait_read();
+            if constexpr (Cfg::kDeterministic)
+                pass_turn(counter);
+            else
+                bulk_wait_read();
         }
         __syncwarp();
         if (dq_writer_frees(n, count)) named_barrier_arrive(dq_free_barrier(c), kDqHandoffThreads);
@@ -228,15 +255,17 @@ __device__ __forceinline__ void dq_writer(const CUtensorMap* map_dq, const float
 
 #endif  // FA_SM90A
 
-/// Lines 5–19 of Algorithm 2 for one K_j, V_j (block x of head (z, y)): dK_j and dV_j, and line 15's
-/// dQ_i contributions added to the fp32 workspace (by atomics in steps 1–3, by bulk reduce-adds
-/// from step 4). The tensor maps (steps 2–5) describe Q, K, V, dO as [B·H][N][D] (hopper_layout.h),
-/// map_dq (steps 4–5) the fp32 workspace the same way, in boxes of 32 columns × 64 rows.
+/// Lines 5–19 of Algorithm 2 for one K_j, V_j (block x of head (z, y); step 6 with the mask: key
+/// block T_c − 1 − x): dK_j and dV_j, and line 15's dQ_i contributions added to the fp32 workspace
+/// (by atomics in steps 1–3, by bulk reduce-adds from step 4, in a fixed order in step 6). The tensor maps (steps 2–6) describe Q, K, V, dO as [B·H][N][D] (hopper_layout.h),
+/// map_dq (steps 4–6) the fp32 workspace the same way, in boxes of 32 columns × 64 rows;
+/// dq_counters (step 6) the turn counters of dQ's adds, zeroed (null before step 6).
 template <class T, class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper_dkdv_kernel(const ch8::BwdParams p, const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
-                       const __grid_constant__ CUtensorMap map_do, const __grid_constant__ CUtensorMap map_dq) {
+                       const __grid_constant__ CUtensorMap map_do, const __grid_constant__ CUtensorMap map_dq,
+                       int* dq_counters) {
 #if FA_SM90A
     using namespace tc::hopper;
     constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kStages = Cfg::kStages;
@@ -253,7 +282,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint64_t* full = kv_full + 1;                                           // steps 2–4: stage's tiles landed
     uint64_t* empty = full + kStages;                                       // steps 3–4: consumers done
 
-    const int k0 = int(blockIdx.x) * Bc;
+    const int j = key_block_of(int(blockIdx.x), int(gridDim.x), Cfg::kDeterministic && p.causal);  // step 6
+    const int k0 = j * Bc;
     const int bh = int(blockIdx.z) * p.H + int(blockIdx.y);
     const std::size_t head = std::size_t(bh) * std::size_t(p.N);
     const int i_begin = first_query_tile(k0, Br, p.causal);  // line 8, causal: earlier tiles see no key
@@ -266,7 +296,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         ch9::tma_tile<Bc, D>(Ks, &map_k, kv_full, k0, bh);
         ch9::tma_tile<Bc, D>(Vs, &map_v, kv_full, k0, bh);
     };
-    auto issue_q = [&](int n) {  // steps 2–5, one thread: line 9 by TMA, query tile n into its buffer
+    auto issue_q = [&](int n) {  // steps 2–6, one thread: line 9 by TMA, query tile n into its buffer
         const int s = ch9::ring_stage(n, kStages), q0 = (i_begin + n) * Br;
         uint64_t* bar = &full[s];
         mbar_arrive_expect_tx(bar, Cfg::kStageBytes);
@@ -315,8 +345,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     issue_q(n);
                 }
             } else if (Cfg::kDqBulk && (threadIdx.x / 32 == 1 || threadIdx.x / 32 == 2)) {  // step 4: the dQ
+                const DqOrder order{dq_counters, j, p.N, (p.N + Br - 1) / Br, p.causal};  // step 6
                 dq_writer<Cfg>(&map_dq, dQs, i_begin, count, bh, int(threadIdx.x) / 32 - 1,  // warps, one per
-                               int(threadIdx.x) % 32);                                       // consumer
+                               int(threadIdx.x) % 32, order);                                // consumer
             }
             return;
         }
