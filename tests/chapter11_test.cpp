@@ -11,7 +11,8 @@
 // [gpu][sm90] (compute capability 9.0 only; elsewhere tests/main.cpp skips them visibly): every
 // step on N ∈ {1, 97, 300, 1000, 4097} (small mode: 1, 97, 300), causal and not, D = 64 and 128, bf16 and
 // fp16, B·H > 1, and large scores, against the float64 reference with the 2× rule (chapter 8's
-// mirror) with outputs poisoned; step 6's gradients the same bit for bit over five runs. Every launch is waited for with a time limit (gpu_wait.h).
+// mirror) with outputs poisoned; step 6's gradients the same bit for bit over five runs. Every
+// launch is waited for with a time limit (gpu_wait.h).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -290,8 +291,10 @@ TEST_CASE("unsupported shapes, kernels and devices get one clear reason", "[cpu]
     CHECK(ch11::unsupported_reason(4, fa::make_shape(2, 3, 1, 128, true)).empty());
     CHECK(ch11::unsupported_reason(0, fa::make_shape(1, 1, 100, 64, false)).find("does not exist") != std::string::npos);
     CHECK(ch11::unsupported_reason(6, fa::make_shape(1, 1, 100, 64, false)).empty());
-    CHECK(ch11::unsupported_reason(7, fa::make_shape(1, 1, 100, 64, false)).find("does not exist") != std::string::npos);
-    CHECK(ch11::unsupported_reason(6, fa::make_shape(1, 1, 100, 64, false), 0).find("only kernel 5") != std::string::npos);
+    CHECK(ch11::unsupported_reason(7, fa::make_shape(1, 1, 100, 64, false)).find("does not exist") !=
+          std::string::npos);
+    CHECK(ch11::unsupported_reason(6, fa::make_shape(1, 1, 100, 64, false), 0).find("only kernel 5") !=
+          std::string::npos);
     CHECK(ch11::unsupported_reason(4, fa::make_shape(1, 1, 100, 96, false)).find("head dim 96") != std::string::npos);
     CHECK(ch11::unsupported_reason(5, fa::make_shape(1, 1, 100, 64, false), 1).empty());
     CHECK(ch11::unsupported_reason(5, fa::make_shape(1, 1, 100, 64, false), 3).find("candidate 3") != std::string::npos);
@@ -417,7 +420,8 @@ TEST_CASE("every kernel with large scores (magnitude 8), bf16 and fp16 (2x rule)
 
 // Step 6's promise: dQ the same bit for bit in every run, on shapes where many key blocks add to
 // each query tile (and, causal, to different numbers of tiles), with B·H > 1.
-TEST_CASE("kernel 6: dQ, dK, dV the same bit for bit in five runs, causal and not, D 64 and 128", "[gpu][sm90][chapter11][v6]") {
+TEST_CASE("kernel 6: dQ, dK, dV the same bit for bit in five runs, causal and not, D 64 and 128",
+          "[gpu][sm90][chapter11][v6]") {
     REQUIRE(have_sm90());
     const bool small = fa::test::small_shapes();
     for (bool causal : {false, true})

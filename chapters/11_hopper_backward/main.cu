@@ -76,8 +76,11 @@ bool same_dq_again(const Launch& launch, fa::DeviceBuffer<T>& dQ, const std::vec
     std::size_t differ = 0;
     for (std::size_t k = 0; k < first.size(); ++k)
         differ += std::memcmp(&first[k], &again[k], sizeof(float)) != 0;
-    if (differ == 0) std::printf("  dQ of a second run: the same bit for bit\n");
-    else std::printf("  dQ of a second run: %zu of %zu elements differ (the order of dQ's adds changed)\n", differ, first.size());
+    if (differ == 0)
+        std::printf("  dQ of a second run: the same bit for bit\n");
+    else
+        std::printf("  dQ of a second run: %zu of %zu elements differ (the order of dQ's adds changed)\n", differ,
+                    first.size());
     return differ == 0;
 }
 
