@@ -15,7 +15,8 @@
 
 namespace fa {
 
-/// CUDA-event timer. `launch` is any callable that enqueues the work on the default stream.
+/// CUDA-event timer. `launch` is any callable that enqueues the work on the stream given to time()
+/// (the default stream unless one is given).
 class GpuTimer {
 public:
     explicit GpuTimer(bool flush_l2 = true) {
@@ -40,17 +41,19 @@ public:
     /// Runs `launch` `warmup` times untimed, then `repeat` times timed; returns the statistics.
     /// `after_flush`, when given, is enqueued after each flush and before the timed region (chapter
     /// 10 reads another buffer there, so that the flush's dirty lines are written back untimed).
+    /// The flush and the events go on `stream`, the stream `launch` and `after_flush` use.
     template <class Launch, class AfterFlush = void (*)()>
-    TimingStats time(Launch&& launch, int repeat, int warmup = 2, AfterFlush after_flush = [] {}) {
+    TimingStats time(Launch&& launch, int repeat, int warmup = 2, AfterFlush after_flush = [] {},
+                     cudaStream_t stream = 0) {
         for (int i = 0; i < warmup; ++i) launch();
         CUDA_CHECK(cudaDeviceSynchronize());
         std::vector<double> ms;
         for (int i = 0; i < repeat; ++i) {
-            if (flush_ != nullptr) CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xFF, flush_bytes_));
+            if (flush_ != nullptr) CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xFF, flush_bytes_, stream));
             after_flush();
-            CUDA_CHECK(cudaEventRecord(start_));
+            CUDA_CHECK(cudaEventRecord(start_, stream));
             launch();
-            CUDA_CHECK(cudaEventRecord(stop_));
+            CUDA_CHECK(cudaEventRecord(stop_, stream));
             CUDA_CHECK(cudaEventSynchronize(stop_));
             float t = 0;
             CUDA_CHECK(cudaEventElapsedTime(&t, start_, stop_));

@@ -13,12 +13,15 @@
 // [gpu]: every variant on the GPU against the 2× rule: lengths 1, 17, 4097 and 100000 in one batch,
 // q_len 1, 3, 4 and 16, g = 1, 4, 8 and MQA, D = 64 and 128, fp16 and bf16, split counts from 1 to more
 // than the chunks, pages of 16, 32, 64 and 256 tokens in shuffled order, large logits; the append;
-// kernel 6 (e4m3 cache) on the same cases, checked against float64 of its dequantized cache.
+// kernel 6 (e4m3 cache) on the same cases, checked against float64 of its dequantized cache; a model
+// step (three layers' appends and kernels 5 or 6) as plain launches and as a CUDA graph, whose
+// outputs and caches must agree bit for bit ([cpu]: the bytes a layer takes, as the step plans them).
 // Tags: [chapter10], [cpu] or [gpu], [vK] for the kernels of variant K.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -30,6 +33,7 @@
 #include "../chapters/10_decoding/decoding.h"
 #include "../chapters/10_decoding/kernel/fp8.h"
 #include "../chapters/10_decoding/kernel/split_plan.h"
+#include "../chapters/10_decoding/model_step.h"
 #include "../chapters/10_decoding/problem.h"
 #include "../common/attention.h"
 #include "../common/device.h"
@@ -503,6 +507,22 @@ TEST_CASE("host_bytes bounds what the program's host arrays take", "[cpu][chapte
     }
 }
 
+TEST_CASE("model step: layer_bytes is what a layer's arrays take, contiguous, paged and e4m3", "[cpu][chapter10]") {
+    const DecodeShape s = make_decode_shape(3, 8, 2, 2, 64, 300, {300, 5, 129});
+    const DecodeProblem p = make_problem<__nv_bfloat16>(s, 3);
+    for (int P : {0, 16, 256})
+        for (bool fp8 : {false, true}) {
+            INFO("page size " << P << (fp8 ? ", e4m3" : ", 16-bit"));
+            const StoredCache c = stored_cache(p, P, 4);
+            const Fp8Cache f = fp8 ? quantize_cache(p, c) : Fp8Cache{};
+            DecodeArraysOwner<__nv_bfloat16, true> layer(p, c, fp8 ? &f : nullptr);
+            for (const SplitPlan plan : {SplitPlan{320, 1}, SplitPlan{64, 5}}) {  // no partials, then five splits
+                layer.arrays(plan);
+                CHECK(layer.bytes() == layer_bytes(c.s, fp8, plan));
+            }
+        }
+}
+
 TEST_CASE("kernel 1 on the CPU emulator (chapter 7's grid)", "[cpu][chapter10][v1]") { emulated_cases<__nv_bfloat16>(kFa2Grid); }
 TEST_CASE("kernel 2 on the CPU emulator (split-KV and the combine)", "[cpu][chapter10][v2]") { emulated_cases<__half>(kSplitKv); }
 TEST_CASE("kernel 3 on the CPU emulator (GQA packing)", "[cpu][chapter10][v3]") { emulated_cases<__nv_bfloat16>(kGqa); }
@@ -712,4 +732,69 @@ TEST_CASE("kernel 6 on the GPU: q_len up to 16, g = 1 to 16, large logits, pages
             for (int P : {0, 16, 256}) check_variant<__nv_bfloat16, false>(kFp8, s, P, Cut::kHeuristic);
             check_variant<__half, false>(kFp8, s, 0, Cut::kMany, -1, 8.0);
         }
+}
+
+namespace {
+
+// A model step of three layers, each a copy of one cache before the append: the plain launches
+// append to every layer's cache and give every layer the O and L of one ordinary decode; the
+// CUDA graph's replays (twice: kernel 5's counters must be left at zero) give the same bits.
+template <class T>
+void check_model_step(int variant, int page_size) {
+    DecodeShape s = make_decode_shape(3, 8, 2, 2, 128, 1, {5, 300, 1029});
+    s.N_max = s.max_len() + 3;
+    const bool fp8 = variant == kFp8;
+    const DecodeProblem p = make_problem<T>(s, 21);
+    const StoredCache c = stored_cache(p, page_size, 22);
+    const Fp8Cache f = fp8 ? quantize_cache(p, c) : Fp8Cache{};
+    INFO("kernel " << variant_name(variant) << ", " << c.s.str() << ", " << fa::dtype_name<T>());
+    const SplitPlan plan = plan_with_chunk(c.s, 2 * block_keys(variant), block_keys(variant));  // several splits
+    DecodeArraysOwner<T, false> one(p, c, fp8 ? &f : nullptr);
+    one.arrays(plan);
+    const std::size_t held = fa::device_buffer_bytes();
+    ModelStep<T> model(one, 3, variant, plan);
+    CHECK(fa::device_buffer_bytes() - held == 3 * layer_bytes(c.s, fp8, plan));
+    // the reference: the same kernels on `one`, on the default stream
+    one.append();
+    decode<T>(variant, c.s, one.arrays(plan), plan);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> O_one = one.O(), L_one = one.L();
+    const std::vector<float> K_want = fp8 ? e4m3_values(f.K) : c.K, V_want = fp8 ? e4m3_values(f.V) : c.V;
+    auto check_layers = [&](const char* how) {
+        INFO(how);
+        const std::vector<float> O = model.O(), L = model.L();
+        REQUIRE(O.size() == 3 * O_one.size());
+        for (int l = 0; l < 3; ++l) {
+            INFO("layer " << l);
+            CHECK(std::memcmp(&O[l * O_one.size()], O_one.data(), O_one.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(&L[l * L_one.size()], L_one.data(), L_one.size() * sizeof(float)) == 0);
+            CHECK(compare_cache(model.layer(l).K_stored(), K_want) == "");
+            CHECK(compare_cache(model.layer(l).V_stored(), V_want) == "");
+        }
+    };
+    CHECK(std::all_of(O_one.begin(), O_one.end(), [](float x) { return std::isfinite(x); }));
+    CHECK(std::all_of(L_one.begin(), L_one.end(), [](float x) { return std::isfinite(x); }));
+    const Stream stream;
+    model.poison();
+    model.enqueue(stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    check_layers("plain launches");
+    const StreamGraph graph(stream, [&model](cudaStream_t st) { model.enqueue(st); });
+    CHECK(graph.nodes() == 6);  // an append and a kernel per layer (kernels 5 and 6 merge in the kernel)
+    for (int replay = 0; replay < 2; ++replay) {
+        model.poison();
+        graph.launch(stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    check_layers("the graph, second replay");
+}
+
+}  // namespace
+
+TEST_CASE("model step on the GPU: three layers, plain launches and a CUDA graph agree bit for bit", "[gpu][chapter10][v5][v6]") {
+    REQUIRE(have_sm80());
+    check_model_step<__nv_bfloat16>(kTuned, 0);
+    check_model_step<__half>(kTuned, 64);
+    check_model_step<__nv_bfloat16>(kFp8, 0);
+    check_model_step<__half>(kFp8, 16);
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer over the GPU tests of every chapter, on small shapes (FA_TEST_SMALL=1).
 #   tools/sanitize.sh TEST-BINARY...
+#   SANITIZE_ONLY=TEXT tools/sanitize.sh TEST-BINARY...   only the [gpu] cases whose names contain TEXT
 # Each [gpu] test case of each binary runs in a process of its own under memcheck, racecheck,
 # synccheck and initcheck, several processes at a time (SANITIZE_JOBS, default 4): one long
 # racecheck no longer holds up the rest. A line is printed as each one finishes. A case fails when
@@ -48,7 +49,8 @@ total=0
 for tool in racecheck memcheck synccheck initcheck; do
   for bin in "$@"; do
     mkdir -p "$bin.sanitize"
-    mapfile -t names < <("$bin" --list-test-names-only "[gpu]~[nccl]" 2>/dev/null | sed '/^$/d')
+    mapfile -t names < <("$bin" --list-test-names-only "[gpu]~[nccl]" 2>/dev/null | sed '/^$/d' |
+                         grep -F -e "${SANITIZE_ONLY:-}")
     if [ "$tool" = racecheck ]; then
       while read -r skipped; do
         [ -z "$skipped" ] && continue

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include "../../common/dtype.h"
 
 namespace ch10 {
@@ -156,9 +158,11 @@ SplitPlan default_plan(int variant, const DecodeShape& s, int candidate = -1);
 
 /// Runs one decoding step: O, L for the new tokens (and the partials, then the combine, when
 /// plan.splits > 1: a second kernel for variants 2–4, the last block of each group for 5). Shape, plan and variant must be valid (invalid_reason, unsupported_reason);
-/// otherwise it prints why and exits 2. Default stream.
+/// otherwise it prints why and exits 2. The kernels go on `stream` (0: the legacy default stream),
+/// so that a whole step can be captured in a CUDA graph (model_step.h).
 template <class T>
-void decode(int variant, const DecodeShape& s, const DecodeArrays<T>& a, const SplitPlan& plan, int candidate = -1);
+void decode(int variant, const DecodeShape& s, const DecodeArrays<T>& a, const SplitPlan& plan, int candidate = -1,
+            cudaStream_t stream = 0);
 
 /// The same kernels on the CPU emulator (common/tensor_core/emulator.h), host arrays.
 template <class T>
@@ -166,19 +170,20 @@ void decode_emulated(int variant, const DecodeShape& s, const DecodeArrays<T>& a
                      int candidate = -1);
 
 /// Appends the new tokens' K_new, V_new (B, H_kv, q_len, D) to the cache (contiguous, or paged
-/// through `table` when s.paged()) at positions lens[b] − q_len .. lens[b] − 1. Device arrays.
+/// through `table` when s.paged()) at positions lens[b] − q_len .. lens[b] − 1. Device arrays, on `stream`.
 template <class T>
-void append_kv(const DecodeShape& s, const T* K_new, const T* V_new, T* K, T* V, const int* table, const int* lens);
+void append_kv(const DecodeShape& s, const T* K_new, const T* V_new, T* K, T* V, const int* table, const int* lens,
+               cudaStream_t stream = 0);
 /// The same on the emulator, host arrays.
 template <class T>
 void append_kv_emulated(const DecodeShape& s, const T* K_new, const T* V_new, T* K, T* V, const int* table,
                         const int* lens);
 
 /// Step 6: appends the new tokens (16-bit, as above) to an e4m3 cache, each element quantized with
-/// its (sequence, KV head)'s scale K_scale or V_scale (B, H_kv): e4m3(x / s), saturated at ±448.
+/// its (sequence, KV head)'s scale K_scale or V_scale (B, H_kv): e4m3(x / s), saturated at ±448. On `stream`.
 template <class T>
 void append_fp8(const DecodeShape& s, const T* K_new, const T* V_new, std::uint8_t* K8, std::uint8_t* V8,
-                const float* K_scale, const float* V_scale, const int* table, const int* lens);
+                const float* K_scale, const float* V_scale, const int* table, const int* lens, cudaStream_t stream = 0);
 /// The same on the emulator, host arrays.
 template <class T>
 void append_fp8_emulated(const DecodeShape& s, const T* K_new, const T* V_new, std::uint8_t* K8, std::uint8_t* V8,

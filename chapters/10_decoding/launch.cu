@@ -37,7 +37,8 @@ SplitPlan default_plan(int variant, const DecodeShape& s, int candidate) {
 }
 
 template <class T>
-void decode(int variant, const DecodeShape& s, const DecodeArrays<T>& a, const SplitPlan& plan, int candidate) {
+void decode(int variant, const DecodeShape& s, const DecodeArrays<T>& a, const SplitPlan& plan, int candidate,
+            cudaStream_t stream) {
     exit_if(unsupported_reason(variant, s, candidate), "ch10::decode");
     const KernelEntry e = kernel_entry<T>(variant, s, candidate);
     if (plan.chunk % e.Bc != 0 || plan.splits < 1 || (variant == kFa2Grid && plan.splits != 1))
@@ -45,34 +46,35 @@ void decode(int variant, const DecodeShape& s, const DecodeArrays<T>& a, const S
                 "ch10::decode");
     const DecodeParams p = make_params(variant, s, a, plan);
     fa::allow_dynamic_smem_once(e.kernel, std::size_t(e.smem_bytes), "chapter 10 kernel");
-    e.kernel<<<decode_grid(p), e.threads, e.smem_bytes>>>(p);
+    e.kernel<<<decode_grid(p), e.threads, e.smem_bytes, stream>>>(p);
     CUDA_CHECK_LAUNCH();
     if (plan.splits > 1 && !p.fused_combine) {  // step 2: merge the splits (step 5 merges in the kernel)
-        combine_entry<T>(s.D)<<<combine_grid(p), 128>>>(p);
+        combine_entry<T>(s.D)<<<combine_grid(p), 128, 0, stream>>>(p);
         CUDA_CHECK_LAUNCH();
     }
 }
 
 template <class T>
-void append_kv(const DecodeShape& s, const T* K_new, const T* V_new, T* K, T* V, const int* table, const int* lens) {
+void append_kv(const DecodeShape& s, const T* K_new, const T* V_new, T* K, T* V, const int* table, const int* lens,
+               cudaStream_t stream) {
     exit_if(invalid_reason(s), "ch10::append_kv");
-    append_kv_kernel<<<append_grid(s), 256>>>(make_append_params(s, K_new, V_new, K, V, table, lens));
+    append_kv_kernel<<<append_grid(s), 256, 0, stream>>>(make_append_params(s, K_new, V_new, K, V, table, lens));
     CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void append_fp8(const DecodeShape& s, const T* K_new, const T* V_new, std::uint8_t* K8, std::uint8_t* V8,
-                const float* K_scale, const float* V_scale, const int* table, const int* lens) {
+                const float* K_scale, const float* V_scale, const int* table, const int* lens, cudaStream_t stream) {
     exit_if(invalid_reason(s), "ch10::append_fp8");
-    append_fp8_kernel<T><<<append_grid(s), 256>>>(make_append_params(s, K_new, V_new, K8, V8, table, lens, K_scale, V_scale));
+    append_fp8_kernel<T><<<append_grid(s), 256, 0, stream>>>(make_append_params(s, K_new, V_new, K8, V8, table, lens, K_scale, V_scale));
     CUDA_CHECK_LAUNCH();
 }
 
 #define CH10_INSTANTIATE(T)                                                                                      \
-    template void decode<T>(int, const DecodeShape&, const DecodeArrays<T>&, const SplitPlan&, int);              \
-    template void append_kv<T>(const DecodeShape&, const T*, const T*, T*, T*, const int*, const int*);          \
+    template void decode<T>(int, const DecodeShape&, const DecodeArrays<T>&, const SplitPlan&, int, cudaStream_t);  \
+    template void append_kv<T>(const DecodeShape&, const T*, const T*, T*, T*, const int*, const int*, cudaStream_t); \
     template void append_fp8<T>(const DecodeShape&, const T*, const T*, std::uint8_t*, std::uint8_t*, const float*, \
-                                const float*, const int*, const int*);
+                                const float*, const int*, const int*, cudaStream_t);
 CH10_INSTANTIATE(__half)
 CH10_INSTANTIATE(__nv_bfloat16)
 #undef CH10_INSTANTIATE

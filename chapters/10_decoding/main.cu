@@ -9,15 +9,21 @@
 //                                                      the 16-bit cache's
 //   ./chapter10 --batch 4 --cache-lens 1,17,4097,100000 --q-len 1   mixed lengths in one batch
 //   ./chapter10 --save-npy dir / --load-npy dir     the step's inputs and O, L as .npy files
+//   ./chapter10 --model-step --layers 32 --seq 4096    a step of 32 layers' attention (append and
+//                                                      kernel per layer): plain launches, then one
+//                                                      CUDA graph
 //
 // Prints the device, the problem, the append check, then per kernel: its split plan, the check of
 // O and L against the float64 reference (2× rule, sampled rows) and the time, as bytes of K and V
 // read per second and as a share of the read bandwidth a read-only kernel reaches in this run.
+// --model-step: the same for the first layer, whether the graph's O and L equal the plain
+// launches', and the time of a whole step both ways.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +37,7 @@
 #include "../../common/host_memory.h"
 #include "../../common/random.h"
 #include "decoding.h"
+#include "model_step.h"
 #include "problem.h"
 
 namespace {
@@ -40,9 +47,9 @@ struct Options {
     std::string dtype = "bf16";
     std::vector<int> cache_lens, page_sizes = {16, 64, 256};
     int kernel = ch10::kTuned, tiles = -1, splits = 0, B = 1, H_q = 32, H_kv = 8, q_len = 1, D = 128;
-    int seq = 8192, page_size = 64, check_rows = 128;
+    int seq = 8192, page_size = 64, check_rows = 128, layers = 32;
     double magnitude = 1.0;
-    bool ladder = false, sweep = false, random_lens = false, dirty_flush = false;
+    bool ladder = false, sweep = false, model_step = false, random_lens = false, dirty_flush = false;
     fa::RunArgs run;
 };
 
@@ -65,9 +72,9 @@ __global__ void __launch_bounds__(512) read_kernel(const uint4* x, std::size_t n
     if (acc == 0x9E3779B9u) *sink = acc;
 }
 
-/// Runs read_kernel over buf.
-void read_all(const fa::DeviceBuffer<uint4>& buf, unsigned* sink) {
-    read_kernel<<<unsigned(fa::device_info().sm_count * 4), 512>>>(buf.get(), buf.size(), sink);
+/// Runs read_kernel over buf, on `stream`.
+void read_all(const fa::DeviceBuffer<uint4>& buf, unsigned* sink, cudaStream_t stream = 0) {
+    read_kernel<<<unsigned(fa::device_info().sm_count * 4), 512, 0, stream>>>(buf.get(), buf.size(), sink);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -96,6 +103,21 @@ std::vector<int> cache_lengths(const Options& o) {
         for (int& x : l) x = o.q_len + int(rng.next() % std::uint64_t(std::max(1, o.seq - o.q_len + 1)));
     }
     return l;
+}
+
+/// The split plan of a run: about --splits splits when given (kernel 1 has one), else the variant's own.
+ch10::SplitPlan plan_of(const Options& o, const ch10::DecodeShape& s, int variant, int candidate) {
+    return o.splits > 0 && variant != ch10::kFa2Grid ? ch10::plan_with_splits(s, o.splits, ch10::block_keys(variant, candidate))
+                                                     : ch10::default_plan(variant, s, candidate);
+}
+
+bool all_finite(const std::vector<float>& x) {
+    return std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+}
+
+/// Equal bit for bit (the values come from 16-bit O and fp32 L, so equal floats mean equal outputs).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 /// One timed or checked kernel: a line of the summary.
@@ -140,18 +162,8 @@ public:
         Owner& dev = owner(page_size, variant == ch10::kFp8);
         const ch10::DecodeShape& s = dev.shape();
         const int Bc = ch10::block_keys(variant, candidate);
-        const ch10::SplitPlan plan = forced != nullptr ? *forced
-                                     : o_.splits > 0 && variant != ch10::kFa2Grid
-                                         ? ch10::plan_with_splits(s, o_.splits, Bc)
-                                         : ch10::default_plan(variant, s, candidate);
-        Row row;
-        row.name = ch10::variant_name(variant) + (page_size ? " P=" + std::to_string(page_size) : "") +
-                   (candidate >= 0 ? " c" + std::to_string(candidate) : "");
-        if (candidate >= 0 && forced == nullptr) row.name += " heuristic";
-        if (o_.dirty_flush) row.name += " dirty-flush";
-        row.plan = std::to_string(plan.splits) + " x " + std::to_string(plan.chunk);
-        std::printf("kernel %s: %d split%s of %d keys, B_c = %d\n", row.name.c_str(), plan.splits,
-                    plan.splits > 1 ? "s" : "", plan.chunk, Bc);
+        const ch10::SplitPlan plan = forced != nullptr ? *forced : plan_of(o_, s, variant, candidate);
+        Row row = named_row(variant, page_size, candidate, forced == nullptr, plan);
         auto launch = [&] { ch10::decode<T>(variant, s, dev.arrays(plan), plan, candidate); };
         launch();
         CUDA_CHECK(cudaDeviceSynchronize());
@@ -170,6 +182,42 @@ public:
         return row;
     }
 
+    /// --model-step: `layers` copies of run r's cache, and one decoding step over all of them (per
+    /// layer the append, then the kernel) on one stream, as plain launches and as a CUDA graph
+    /// captured once. Checks the first layer (2× rule) and that the graph's O and L equal the plain
+    /// launches' bit for bit; times a step both ways. Returns the rows: plain, graph.
+    std::vector<Row> model_step(const ch10::ProgramRun& r, int layers) {
+        Owner& first = owner(r.page_size, r.variant == ch10::kFp8);
+        const ch10::SplitPlan plan = plan_of(o_, first.shape(), r.variant, r.candidate);
+        const std::string step = " model-step L=" + std::to_string(layers);
+        Row plain = named_row(r.variant, r.page_size, r.candidate, true, plan), graphed = plain;
+        plain.name += step + " plain", graphed.name += step + " graph";
+        first.arrays(plan);  // the partials the plan needs, copied with the rest
+        ch10::ModelStep<T> model(first, layers, r.variant, plan, r.candidate);
+        const ch10::Stream stream;
+        model.poison();
+        model.enqueue(stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const std::vector<float> O = model.O(), L = model.L();
+        if (!o_.run.no_check) check(model.layer(0), plan, ch10::block_keys(r.variant, r.candidate), plain);
+        // Captured after the plain launches: the kernels' one-time setup (shared-memory limits) is done.
+        const ch10::StreamGraph graph(stream, [&model](cudaStream_t st) { model.enqueue(st); });
+        model.poison();
+        graph.launch(stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const bool finite = all_finite(O) && all_finite(L), same = same_bits(O, model.O()) && same_bits(L, model.L());
+        std::printf("model step: %d layers, each its own cache: the append, then kernel %s; one graph of %zu kernels\n"
+                    "  O and L of every layer finite after the plain launches: %s\n"
+                    "  the graph's O and L equal the plain launches' bit for bit: %s\n",
+                    layers, ch10::variant_name(r.variant).c_str(), graph.nodes(), finite ? "PASS" : "FAIL",
+                    same ? "PASS" : "FAIL");
+        plain.checked = graphed.checked = true;
+        plain.passed = plain.passed && finite;
+        graphed.passed = plain.passed && same;
+        if (!o_.run.no_bench) time_model_step(model, graph, stream, plan, r, plain, graphed);
+        return {plain, graphed};
+    }
+
     double read_gbps() const { return read_gbps_; }
 
     /// O and L of the last run (after run()).
@@ -181,13 +229,48 @@ private:
 
     static std::size_t elem_bytes(int variant) { return variant == ch10::kFp8 ? 1 : sizeof(T); }
 
+    // A summary row named after the run ("5-tuned P=64 c1"; `heuristic` marks a candidate's own
+    // plan in --sweep), with its plan printed.
+    Row named_row(int variant, int page_size, int candidate, bool heuristic, const ch10::SplitPlan& plan) const {
+        Row row;
+        row.name = ch10::variant_name(variant) + (page_size ? " P=" + std::to_string(page_size) : "") +
+                   (candidate >= 0 ? " c" + std::to_string(candidate) : "");
+        if (candidate >= 0 && heuristic) row.name += " heuristic";
+        if (o_.dirty_flush) row.name += " dirty-flush";
+        row.plan = std::to_string(plan.splits) + " x " + std::to_string(plan.chunk);
+        std::printf("kernel %s: %d split%s of %d keys, B_c = %d\n", row.name.c_str(), plan.splits,
+                    plan.splits > 1 ? "s" : "", plan.chunk, ch10::block_keys(variant, candidate));
+        return row;
+    }
+
+    // A model step timed as plain launches and as the graph's replay, each with the L2 flushed
+    // first; the difference is what the graph saves: the host's launch calls and the GPU's gaps
+    // between kernels (README, "A step of the whole model").
+    void time_model_step(const ch10::ModelStep<T>& model, const ch10::StreamGraph& graph, cudaStream_t stream,
+                         const ch10::SplitPlan& plan, const ch10::ProgramRun& r, Row& plain, Row& graphed) {
+        const double bytes = model.layers() * p_.s.kv_bytes(elem_bytes(r.variant));
+        auto time = [&](Row& row, const char* how, auto launch) {
+            row.us = timer_.time(launch, o_.run.repeat, 2, after_flush(stream), stream).median_ms * 1e3;
+            row.gbps = bytes / (row.us * 1e-6) / 1e9;
+            row.timed = true;
+            std::printf("  %-15s median %10.1f us a step  %8.2f us a layer  K,V read %7.1f GB/s\n", how, row.us,
+                        row.us / model.layers(), row.gbps);
+            if (!o_.run.csv.empty()) append_csv(row, r.variant, r.candidate, r.page_size, plan, model.layers());
+        };
+        time(plain, "plain launches", [&] { model.enqueue(stream); });
+        time(graphed, "CUDA graph", [&] { graph.launch(stream); });
+        const double saved = plain.us - graphed.us;
+        std::printf("  the graph saves %.1f us a step (%.1f%%), %.2f us a layer, %.2f us a kernel\n", saved,
+                    100.0 * saved / plain.us, saved / model.layers(), saved / double(graph.nodes()));
+    }
+
     // Before each timed run, after the timer's flush (a memset, which leaves L2 full of dirty
     // lines): a read of another buffer twice the size of L2, so that writing those lines back to
     // memory is not timed and L2 holds clean, unrelated data, as between two decoding steps.
     // --dirty-flush skips it (README: what the write-back costs).
-    auto after_flush() {
-        return [this] {
-            if (!o_.dirty_flush) read_all(clean_, sink_.get());
+    auto after_flush(cudaStream_t stream = 0) {
+        return [this, stream] {
+            if (!o_.dirty_flush) read_all(clean_, sink_.get(), stream);
         };
     }
 
@@ -231,9 +314,7 @@ private:
     void check(Owner& dev, const ch10::SplitPlan& plan, int Bc, Row& row) {
         const std::vector<float> O = dev.O(), L = dev.L();
         std::vector<float> Os(rows_.size() * p_.s.D), Ls(rows_.size());
-        bool finite = true;
-        for (float x : O) finite &= std::isfinite(x);
-        for (float x : L) finite &= std::isfinite(x);
+        const bool finite = all_finite(O) && all_finite(L);
         for (std::size_t r = 0; r < rows_.size(); ++r) {
             std::copy_n(&O[rows_[r] * p_.s.D], p_.s.D, &Os[r * p_.s.D]);
             Ls[r] = L[rows_[r]];
@@ -271,7 +352,9 @@ private:
                     rows_.size(), row.rel_l2, row.rel_l2_16bit, rel_l2(O16.data(), O_ref_.data(), O16.size()));
     }
 
-    void append_csv(const Row& row, int variant, int candidate, int page_size, const ch10::SplitPlan& plan) {
+    // One CSV row; a model step's (`layers` > 1) kv_bytes count every layer's cache.
+    void append_csv(const Row& row, int variant, int candidate, int page_size, const ch10::SplitPlan& plan,
+                    int layers = 1) {
         std::FILE* f = std::fopen(o_.run.csv.c_str(), "a+");
         if (f == nullptr) return;
         std::fseek(f, 0, SEEK_END);
@@ -286,7 +369,7 @@ private:
         };
         std::fprintf(f, "%s,%d,%s,%d,%d,%d,%d,%d,%d,%.0f,%d,%d,%d,%.3f,%.1f,%.1f,%s,%s,%s,%s\n",
                      ch10::variant_name(variant).c_str(), candidate, fa::dtype_name<T>(), s.B, s.H_q, s.H_kv, s.q_len,
-                     s.D, s.max_len(), s.kv_bytes(elem_bytes(variant)), page_size, plan.splits, plan.chunk, row.us,
+                     s.D, s.max_len(), layers * s.kv_bytes(elem_bytes(variant)), page_size, plan.splits, plan.chunk, row.us,
                      row.gbps, read_gbps_, row.checked ? (row.passed ? "PASS" : "FAIL") : "skipped", row.name.c_str(),
                      number(row.rel_l2).c_str(), number(row.rel_l2_16bit).c_str());
         std::fclose(f);
@@ -356,16 +439,19 @@ int run_all(const Options& o, const ch10::DecodeShape& shape, const std::vector<
     }
     Runner<T> runner(o, p);
     std::vector<Row> rows;
-    for (const ch10::ProgramRun& r : runs) {
-        if (r.splits > 0) {
-            const ch10::SplitPlan plan = ch10::plan_with_splits(shape, r.splits, ch10::block_keys(r.variant, r.candidate));
-            rows.push_back(runner.run(r.variant, r.page_size, r.candidate, &plan));
-            continue;
+    if (o.model_step) rows = runner.model_step(runs.front(), o.layers);
+    else
+        for (const ch10::ProgramRun& r : runs) {
+            if (r.splits > 0) {
+                const ch10::SplitPlan plan =
+                    ch10::plan_with_splits(shape, r.splits, ch10::block_keys(r.variant, r.candidate));
+                rows.push_back(runner.run(r.variant, r.page_size, r.candidate, &plan));
+                continue;
+            }
+            if (o.sweep)
+                std::printf("candidate %d: %s\n", r.candidate, ch10::tuning_candidates()[std::size_t(r.candidate)].c_str());
+            rows.push_back(runner.run(r.variant, r.page_size, r.candidate));
         }
-        if (o.sweep)
-            std::printf("candidate %d: %s\n", r.candidate, ch10::tuning_candidates()[std::size_t(r.candidate)].c_str());
-        rows.push_back(runner.run(r.variant, r.page_size, r.candidate));
-    }
     if (!o.run.save_npy.empty()) save_npy(o.run.save_npy, p, runner.O(), runner.L(), rows.back().name);
     print_summary(rows, runner.read_gbps());
     for (const Row& r : rows)
@@ -398,10 +484,17 @@ void add_options(fa::Cli& cli, Options& o) {
     cli.flag("--ladder", &o.ladder, "run every variant (and kernel 5 on paged caches)");
     cli.flag("--sweep", &o.sweep, "time variant 5's tile candidates at every power-of-two split count");
     cli.flag("--dirty-flush", &o.dirty_flush, "time right after the L2 flush's writes (no clean read between)");
+    cli.flag("--model-step", &o.model_step,
+             "a decoding step of --layers layers (each its own cache: append, then the kernel), timed as plain "
+             "launches and as one CUDA graph");
+    cli.option("--layers", &o.layers, "--model-step: layers, each with its own KV cache", 1, 4096);
     cli.conflict("--cache-lens", "--random-lens", "--cache-lens gives every length");
     cli.conflict("--cache-lens", "--seq", "the longest of --cache-lens is the cache's capacity");
     cli.conflict("--ladder", "--sweep", "each runs its own list of kernels");
     cli.conflict("--ladder", "--kernel", "--ladder runs every kernel");
+    for (const char* list : {"--ladder", "--sweep"})
+        cli.conflict("--model-step", list, "each runs its own list of kernels");
+    cli.conflict("--model-step", "--save-npy", "--save-npy writes one step of one cache: leave out --model-step");
     for (const char* own : {"--kernel", "--tiles", "--page-size", "--page-sizes", "--splits"})
         cli.conflict("--sweep", own, "--sweep runs variant 5's candidates at its own split counts, contiguous cache");
     cli.conflict("--check-rows", "--no-check", "nothing is checked");
@@ -411,6 +504,7 @@ void add_options(fa::Cli& cli, Options& o) {
         cli.conflict("--load-npy", drawn, "the inputs and their shape come from the files");
     cli.rule([&cli, &o]() -> std::string {
         if (cli.given("--page-sizes") && !o.ladder) return "--page-sizes applies to --ladder's kernel 5 rows";
+        if (cli.given("--layers") && !o.model_step) return "--layers applies to --model-step";
         if (cli.given("--page-size") && !o.ladder && o.kernel != ch10::kPaged)
             return "--page-size applies to kernel 4 (and to --ladder's kernel 4 row)";
         if (o.splits > 0 && !o.ladder && o.kernel == ch10::kFa2Grid)

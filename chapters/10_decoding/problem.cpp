@@ -223,6 +223,18 @@ template <class U>
 void poison(fa::DeviceBuffer<U>& x) { if (x.size() > 0) x.poison(); }
 template <class Store, class U>
 Store make_store(const std::vector<U>& host) { return Store(host); }
+template <class U>
+std::size_t bytes_of(const std::vector<U>& x) { return x.size() * sizeof(U); }
+template <class U>
+std::size_t bytes_of(const fa::DeviceBuffer<U>& x) { return x.bytes(); }
+template <class U>
+std::vector<U> copy_of(const std::vector<U>& x) { return x; }
+template <class U>
+fa::DeviceBuffer<U> copy_of(const fa::DeviceBuffer<U>& x) {
+    fa::DeviceBuffer<U> y(x.size());
+    if (x.size() > 0) CUDA_CHECK(cudaMemcpy(y.get(), x.get(), x.bytes(), cudaMemcpyDeviceToDevice));
+    return y;
+}
 
 // The shape and block table must be valid before any array is made: one message, exit status 2
 // (kExitBadInput).
@@ -257,20 +269,41 @@ DecodeArraysOwner<T, Emulated>::DecodeArraysOwner(const DecodeProblem& p, const 
       counters_(make_store<Store<int>>(std::vector<int>(s_.rows(), 0))) {}
 
 template <class T, bool Emulated>
-void DecodeArraysOwner<T, Emulated>::append() {
+DecodeArraysOwner<T, Emulated>::DecodeArraysOwner(const DecodeArraysOwner& o)
+    : s_(o.s_),
+      fp8_(o.fp8_),
+      Q_(copy_of(o.Q_)),
+      K_(copy_of(o.K_)),
+      V_(copy_of(o.V_)),
+      K_new_(copy_of(o.K_new_)),
+      V_new_(copy_of(o.V_new_)),
+      O_(copy_of(o.O_)),
+      K8_(copy_of(o.K8_)),
+      V8_(copy_of(o.V8_)),
+      K_scale_(copy_of(o.K_scale_)),
+      V_scale_(copy_of(o.V_scale_)),
+      L_(copy_of(o.L_)),
+      O_part_(copy_of(o.O_part_)),
+      L_part_(copy_of(o.L_part_)),
+      lens_(copy_of(o.lens_)),
+      table_(copy_of(o.table_)),
+      counters_(copy_of(o.counters_)) {}
+
+template <class T, bool Emulated>
+void DecodeArraysOwner<T, Emulated>::append(cudaStream_t stream) {
     if (fp8_) {  // step 6
         if constexpr (Emulated)
             append_fp8_emulated<T>(s_, ptr(K_new_), ptr(V_new_), ptr(K8_), ptr(V8_), ptr(K_scale_), ptr(V_scale_),
                                    ptr(table_), ptr(lens_));
         else
             append_fp8<T>(s_, ptr(K_new_), ptr(V_new_), ptr(K8_), ptr(V8_), ptr(K_scale_), ptr(V_scale_), ptr(table_),
-                          ptr(lens_));
+                          ptr(lens_), stream);
         return;
     }
     if constexpr (Emulated)
         append_kv_emulated<T>(s_, ptr(K_new_), ptr(V_new_), ptr(K_), ptr(V_), ptr(table_), ptr(lens_));
     else
-        append_kv<T>(s_, ptr(K_new_), ptr(V_new_), ptr(K_), ptr(V_), ptr(table_), ptr(lens_));
+        append_kv<T>(s_, ptr(K_new_), ptr(V_new_), ptr(K_), ptr(V_), ptr(table_), ptr(lens_), stream);
 }
 
 template <class T, bool Emulated>
@@ -285,6 +318,13 @@ template <class T, bool Emulated>
 std::vector<float> DecodeArraysOwner<T, Emulated>::O() const { return fa::convert_to_float(to_host(O_)); }
 template <class T, bool Emulated>
 std::vector<float> DecodeArraysOwner<T, Emulated>::L() const { return to_host(L_); }
+
+template <class T, bool Emulated>
+std::size_t DecodeArraysOwner<T, Emulated>::bytes() const {
+    return bytes_of(Q_) + bytes_of(K_) + bytes_of(V_) + bytes_of(K_new_) + bytes_of(V_new_) + bytes_of(O_) +
+           bytes_of(K8_) + bytes_of(V8_) + bytes_of(K_scale_) + bytes_of(V_scale_) + bytes_of(L_) + bytes_of(O_part_) +
+           bytes_of(L_part_) + bytes_of(lens_) + bytes_of(table_) + bytes_of(counters_);
+}
 
 template <class T, bool Emulated>
 DecodeArrays<T> DecodeArraysOwner<T, Emulated>::arrays(const SplitPlan& plan) {

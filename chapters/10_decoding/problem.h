@@ -91,8 +91,11 @@ template <class T, bool Emulated>
 class DecodeArraysOwner {
 public:
     DecodeArraysOwner(const DecodeProblem& p, const StoredCache& c, const Fp8Cache* fp8 = nullptr);
-    /// Appends the new tokens (append_kv or append_fp8, or their emulation).
-    void append();
+    /// A copy of every array as it is now (on the GPU, device to device: a model's layers, model_step.h).
+    DecodeArraysOwner(const DecodeArraysOwner& o);
+    DecodeArraysOwner& operator=(const DecodeArraysOwner&) = delete;
+    /// Appends the new tokens (append_kv or append_fp8 on `stream`, or their emulation).
+    void append(cudaStream_t stream = 0);
     /// The cache as stored (step 6: e4m3_values of its bytes).
     std::vector<float> K_stored() const;
     std::vector<float> V_stored() const;
@@ -101,6 +104,8 @@ public:
     std::vector<float> O() const;
     std::vector<float> L() const;
     const DecodeShape& shape() const { return s_; }
+    /// Bytes of all the arrays it holds (model_step.h's layer_bytes predicts them).
+    std::size_t bytes() const;
 
 private:
     template <class U>
